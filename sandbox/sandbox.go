@@ -1,0 +1,309 @@
+// Package sandbox defines the compute plane's contract: a Runtime creates and
+// manages isolated Linux workspaces, and a Session runs commands and moves
+// files inside one. It holds types, small interfaces and sentinel errors
+// only; implementations live in sub-packages named for their technology
+// (sandbox/local, sandbox/remote, ...) and the harness and server depend on
+// this package alone.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap them with %w and context
+// ("starting process %q: %w") so callers test with errors.Is; the remote
+// client maps wire errors back to these so errors.Is works across the API.
+var (
+	// ErrNotFound: the sandbox, process, file or snapshot does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the request is malformed: a path that escapes the
+	// workspace, an empty command, a bad tar member, an unknown option.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrExist: the target already exists (Mkdir on a file, Move onto an
+	// existing path, a duplicate process tag).
+	ErrExist = errors.New("already exists")
+	// ErrState: the operation does not fit the current state (exec in a
+	// stopped sandbox, stdin to an exited process, delete of a template in
+	// use).
+	ErrState = errors.New("wrong state")
+	// ErrLimit: a limit was hit (disk full, too many processes, output or
+	// buffer cap, quota).
+	ErrLimit = errors.New("limit exceeded")
+	// ErrUnavailable: the sandbox or its daemon cannot be reached right now;
+	// retrying may help.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrPermission: the caller may not do this (bad access token, a path
+	// the sandbox user cannot write).
+	ErrPermission = errors.New("permission denied")
+)
+
+// State is the lifecycle state of a sandbox.
+type State string
+
+const (
+	StateRunning State = "running"
+	// StateStopped: no process runs, the disk (workspace) is kept and
+	// Resume brings it back.
+	StateStopped State = "stopped"
+)
+
+// Limits caps a sandbox's resources. Zero means "runtime default".
+type Limits struct {
+	CPUs        float64 `json:"cpus,omitempty"`         // CPU quota in cores
+	MemoryBytes int64   `json:"memory_bytes,omitempty"` // hard memory limit; exceeding it OOM-kills inside the sandbox
+	Pids        int     `json:"pids,omitempty"`         // max processes/threads
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`   // max bytes the sandbox may write to its own disk
+}
+
+// Network says what the sandbox may reach.
+type Network struct {
+	// Mode is "none" (loopback only, the default) or "host" / "allow"
+	// (runtime-defined egress).
+	Mode string `json:"mode,omitempty"`
+	// Allow lists host:port or CIDR egress rules when Mode is "allow".
+	Allow []string `json:"allow,omitempty"`
+}
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// Template names the root filesystem (e.g. "host", "python"). Empty
+	// means the runtime's default.
+	Template string `json:"template,omitempty"`
+	// Root is the absolute workspace path inside the sandbox; "" means
+	// DefaultRoot.
+	Root string `json:"root,omitempty"`
+	// Env is added to every process's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// User runs commands ("" means the runtime default, an unprivileged
+	// user).
+	User    string  `json:"user,omitempty"`
+	Limits  Limits  `json:"limits,omitempty"`
+	Network Network `json:"network,omitempty"`
+	// TTL stops the sandbox this long after it starts; 0 means no TTL.
+	TTL time.Duration `json:"ttl,omitempty"`
+	// Labels are caller metadata, stored and returned as is.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// DefaultRoot is the workspace root when a Spec or manifest names none.
+const DefaultRoot = "/workspace"
+
+// Info describes an existing sandbox.
+type Info struct {
+	ID        string    `json:"id"`
+	State     State     `json:"state"`
+	Spec      Spec      `json:"spec"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Runtime creates and manages sandboxes. Implementations must be safe for
+// concurrent use.
+type Runtime interface {
+	// Create makes and starts a sandbox. ErrInvalid for a bad spec,
+	// ErrNotFound for an unknown template, ErrLimit when out of capacity.
+	Create(ctx context.Context, spec Spec) (Session, error)
+	// Get returns a handle to an existing sandbox, running or stopped.
+	// ErrNotFound if no sandbox has that id.
+	Get(ctx context.Context, id string) (Session, error)
+	// List returns every sandbox the runtime knows, in creation order.
+	List(ctx context.Context) ([]Info, error)
+	// Stop ends every process of the sandbox and keeps its disk.
+	// Stopping a stopped sandbox is not an error. ErrNotFound if unknown.
+	Stop(ctx context.Context, id string) error
+	// Resume starts a stopped sandbox again with its disk as it was and
+	// returns a live session; resuming a running sandbox returns it as is.
+	// ErrNotFound if unknown.
+	Resume(ctx context.Context, id string) (Session, error)
+	// Delete stops the sandbox and removes its disk. ErrNotFound if unknown.
+	Delete(ctx context.Context, id string) error
+}
+
+// Session operates inside one sandbox. Paths are absolute inside the
+// sandbox or relative to the workspace root; every path is confined to the
+// sandbox: one that escapes it (through "..", a symlink, a NUL byte) gets
+// ErrInvalid and nothing is changed. Calls on a stopped sandbox get
+// ErrState. Implementations must be safe for concurrent use.
+type Session interface {
+	// ID is the sandbox id.
+	ID() string
+	// Info returns the sandbox's current description.
+	Info(ctx context.Context) (Info, error)
+
+	// Exec runs a command to completion, streaming its output to
+	// req.Stdout and req.Stderr as it is produced, and returns how it
+	// ended. A command that runs but fails is not an error: see
+	// ExitStatus. ErrInvalid for an empty command or a bad working
+	// directory; ErrNotFound when the program does not exist. When ctx
+	// ends the process is killed and ctx.Err() is returned.
+	Exec(ctx context.Context, req ExecRequest) (ExitStatus, error)
+	// Start runs a command in the background and returns at once. The
+	// process outlives ctx (ctx bounds only the start); its output goes to
+	// req.Stdout/req.Stderr until it ends or the Process is detached.
+	Start(ctx context.Context, req ExecRequest) (Process, error)
+	// Attach reattaches to a running (or recently ended) background
+	// process by pid or tag, sending output produced since the last
+	// attached reader left to stdout and stderr (either may be nil).
+	// ErrNotFound if no such process.
+	Attach(ctx context.Context, sel ProcessSelector, stdout, stderr io.Writer) (Process, error)
+	// Processes lists the running processes started through the session.
+	Processes(ctx context.Context) ([]ProcessInfo, error)
+
+	// ReadFile opens a file for reading. ErrNotFound if missing,
+	// ErrInvalid if it is a directory.
+	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
+	// WriteFile creates or replaces a file with r's content, creating
+	// parent directories. ErrLimit when the disk is full.
+	WriteFile(ctx context.Context, path string, r io.Reader, perm uint32) error
+	// Stat describes one entry without following a final symlink.
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	// List returns the entries under a directory, recursing to depth
+	// levels (depth 1 is the directory's own children; 0 means 1).
+	List(ctx context.Context, path string, depth int) ([]FileInfo, error)
+	// Mkdir creates a directory and its parents; an existing directory is
+	// not an error, an existing file is ErrExist.
+	Mkdir(ctx context.Context, path string) error
+	// Remove deletes a file or a directory tree. ErrNotFound if missing.
+	// Removing the workspace root itself is ErrInvalid.
+	Remove(ctx context.Context, path string) error
+	// Move renames src to dst, creating dst's parents. ErrNotFound if src
+	// is missing.
+	Move(ctx context.Context, src, dst string) error
+
+	// SnapshotWorkspace writes the workspace as a tar stream (members
+	// relative to the workspace root) to w.
+	SnapshotWorkspace(ctx context.Context, w io.Writer) error
+	// RestoreWorkspace extracts a tar stream into the workspace. Absolute
+	// names, "..", device nodes, and links that point out of the
+	// workspace are refused with ErrInvalid naming the member; members
+	// before the bad one may have been written.
+	RestoreWorkspace(ctx context.Context, r io.Reader) error
+
+	// DialPort connects to a TCP port listening inside the sandbox (on its
+	// own loopback), without needing any host network. ErrUnavailable if
+	// nothing listens there.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+}
+
+// ExecRequest describes a command to run.
+type ExecRequest struct {
+	// Cmd is the program; when Args is empty and Shell is true, Cmd is a
+	// shell command line run with /bin/sh -c.
+	Cmd   string
+	Args  []string
+	Shell bool
+	// Dir is the working directory; "" means the workspace root.
+	Dir string
+	// Env is added to the sandbox's environment for this process.
+	Env map[string]string
+	// User overrides the spec's user for this process.
+	User string
+	// Tag names a background process so it can be found again by Attach.
+	Tag string
+	// Stdin, when set, is copied to the process's standard input, which is
+	// then closed. When nil and OpenStdin is false the process reads EOF.
+	Stdin io.Reader
+	// OpenStdin keeps standard input open for Process.Write.
+	OpenStdin bool
+	// Stdout and Stderr receive output as it is produced; nil discards.
+	// With a PTY both streams arrive on Stdout.
+	Stdout, Stderr io.Writer
+	// PTY runs the process on a pseudo-terminal of this size.
+	PTY *PTYSize
+}
+
+// PTYSize is a terminal size.
+type PTYSize struct {
+	Cols, Rows uint16
+}
+
+// ProcessSelector picks a background process by pid or by tag (Tag wins
+// when both are set).
+type ProcessSelector struct {
+	PID int
+	Tag string
+}
+
+// ProcessInfo describes a running process.
+type ProcessInfo struct {
+	PID  int               `json:"pid"`
+	Tag  string            `json:"tag,omitempty"`
+	Cmd  string            `json:"cmd"`
+	Args []string          `json:"args,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
+	Dir  string            `json:"dir,omitempty"`
+}
+
+// ExitStatus says how a process ended.
+type ExitStatus struct {
+	// Code is the exit code, or -1 when killed by a signal.
+	Code int `json:"exit_code"`
+	// Signal names the signal that killed it ("killed", "terminated"), ""
+	// when it exited on its own.
+	Signal string `json:"signal,omitempty"`
+	// OOM is true when the kernel's out-of-memory killer ended it.
+	OOM bool `json:"oom,omitempty"`
+	// Error describes a failure that is not the program's (for example
+	// output lost while no reader was attached).
+	Error string `json:"error,omitempty"`
+}
+
+// Success reports whether the process exited with code 0.
+func (s ExitStatus) Success() bool { return s.Code == 0 && s.Signal == "" && !s.OOM }
+
+// Signal is a signal to send to a process.
+type Signal int
+
+const (
+	SIGINT  Signal = 2
+	SIGKILL Signal = 9
+	SIGTERM Signal = 15
+)
+
+// Process is a handle to a background process.
+type Process interface {
+	// PID is the process id inside the sandbox.
+	PID() int
+	// Tag is the tag it was started with, or "".
+	Tag() string
+	// Wait blocks until the process ends and its output has been
+	// delivered, or ctx ends (then ctx.Err(); the process keeps running).
+	Wait(ctx context.Context) (ExitStatus, error)
+	// Write sends bytes to standard input (or the PTY). ErrState if the
+	// process has ended or its stdin is closed.
+	Write(ctx context.Context, p []byte) error
+	// CloseStdin signals EOF on standard input (not for PTYs: send 0x04).
+	CloseStdin(ctx context.Context) error
+	// Signal delivers a signal to the process and its group.
+	Signal(ctx context.Context, sig Signal) error
+	// Resize changes the PTY size. ErrInvalid without a PTY.
+	Resize(ctx context.Context, size PTYSize) error
+	// Detach stops delivering output to this handle; the process keeps
+	// running and its output is buffered (bounded) for the next Attach.
+	Detach() error
+}
+
+// FileType is the kind of a filesystem entry.
+type FileType string
+
+const (
+	TypeFile    FileType = "file"
+	TypeDir     FileType = "dir"
+	TypeSymlink FileType = "symlink"
+)
+
+// FileInfo describes a filesystem entry.
+type FileInfo struct {
+	Name          string    `json:"name"`
+	Path          string    `json:"path"` // absolute inside the sandbox
+	Type          FileType  `json:"type"`
+	Size          int64     `json:"size"`
+	Mode          uint32    `json:"mode"` // permission bits
+	ModTime       time.Time `json:"mod_time"`
+	Owner         string    `json:"owner,omitempty"`
+	Group         string    `json:"group,omitempty"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
