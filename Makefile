@@ -1,0 +1,39 @@
+# Cove's two entry points on a fresh Debian 12 machine:
+#   make run   - set up and run Cove's main job on embedded defaults
+#   make test  - install what the tests need, then vet and test everything
+SHELL := /bin/bash
+GO ?= go
+GOBIN ?= $(shell $(GO) env GOPATH)/bin
+export PATH := $(GOBIN):/usr/local/go/bin:$(PATH)
+
+.PHONY: run test deps build generate bench fuzz
+
+deps:
+	@./scripts/deps.sh
+
+build:
+	$(GO) build -o bin/cove ./cmd/cove
+
+run: deps build
+	./bin/cove demo
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+bench: build
+	$(GO) test -run='^$$' -bench=. -benchtime=2s ./guest/
+
+# generate rebuilds the Connect/protobuf code from guest/proto.
+generate:
+	@command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+	cd guest/proto && protoc -I . \
+		--go_out=../gen --go_opt=module=github.com/cove-sandbox/cove/guest/gen \
+		--connect-go_out=../gen --connect-go_opt=module=github.com/cove-sandbox/cove/guest/gen \
+		process/process.proto filesystem/filesystem.proto
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30s ./manifest
+	$(GO) test -run='^$$' -fuzz=FuzzExtract -fuzztime=30s ./sandbox/tarball

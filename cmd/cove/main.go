@@ -1,0 +1,25 @@
+// Command cove runs AI agents' work in isolated Linux sandboxes. All logic
+// lives in internal/cli; main only wires signals and the exit code.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cove-sandbox/cove/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if err != cli.ErrUsage {
+			fmt.Fprintln(os.Stderr, "cove:", err)
+		}
+		os.Exit(cli.ExitCode(err))
+	}
+}

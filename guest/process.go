@@ -1,0 +1,731 @@
+package guest
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/creack/pty"
+
+	pb "github.com/cove-sandbox/cove/guest/gen/process"
+	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+const (
+	// maxProcesses bounds the processes one daemon tracks at once.
+	maxProcesses = 4096
+	// finishedKeep is how long an ended process stays reachable by
+	// Connect, so a client that lost its stream still gets the end.
+	finishedKeep = 5 * time.Minute
+	// maxFinished bounds the ended processes kept.
+	maxFinished = 256
+	// readChunk is the pipe read size; one data event carries at most this.
+	readChunk = 32 << 10
+	// maxBatch bounds events sent before a stream re-checks the log.
+	maxBatch = 64
+)
+
+// proc is one process started by the daemon.
+type proc struct {
+	pid    int
+	tag    string
+	config *pb.ProcessConfig
+	log    *outLog
+	pty    *os.File // nil without a PTY
+
+	// mu guards stdin and end.
+	mu    sync.Mutex
+	stdin *os.File // nil once closed or when not opened
+	end   *pb.ProcessEvent_EndEvent
+
+	exited   chan struct{} // closed when the process has ended and its output is drained
+	finished time.Time
+}
+
+// processManager implements the process service.
+type processManager struct {
+	srv    *Server
+	reaper *reaper // nil unless the daemon reaps every child
+
+	// mu guards the maps.
+	mu       sync.Mutex
+	running  map[int]*proc
+	tags     map[string]*proc
+	finished []*proc
+}
+
+var _ processconnect.ProcessHandler = (*processManager)(nil)
+
+func newProcessManager(s *Server) *processManager {
+	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}}
+	if s.cfg.Reap {
+		m.reaper = startReaper()
+	}
+	return m
+}
+
+// find looks a process up by selector among running and recently ended
+// ones.
+func (m *processManager) find(sel *pb.ProcessSelector) (*proc, error) {
+	if sel == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no process selector: give a pid or a tag"))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch s := sel.Selector.(type) {
+	case *pb.ProcessSelector_Pid:
+		if p, ok := m.running[int(s.Pid)]; ok {
+			return p, nil
+		}
+		for i := len(m.finished) - 1; i >= 0; i-- {
+			if m.finished[i].pid == int(s.Pid) {
+				return m.finished[i], nil
+			}
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", s.Pid))
+	case *pb.ProcessSelector_Tag:
+		if p, ok := m.tags[s.Tag]; ok {
+			return p, nil
+		}
+		for i := len(m.finished) - 1; i >= 0; i-- {
+			if m.finished[i].tag == s.Tag {
+				return m.finished[i], nil
+			}
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", s.Tag))
+	}
+	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("empty process selector: give a pid or a tag"))
+}
+
+func (m *processManager) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	m.mu.Lock()
+	out := make([]*pb.ProcessInfo, 0, len(m.running))
+	for _, p := range m.running {
+		info := &pb.ProcessInfo{Config: p.config, Pid: uint32(p.pid)}
+		if p.tag != "" {
+			info.Tag = &p.tag
+		}
+		out = append(out, info)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
+	return connect.NewResponse(&pb.ListResponse{Processes: out}), nil
+}
+
+func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	user, err := m.srv.requestUser(req.Header())
+	if err != nil {
+		return connectError(err)
+	}
+	p, err := m.start(ctx, req.Msg, user)
+	if err != nil {
+		return connectError(err)
+	}
+	c := p.log.attach(true)
+	if err := stream.Send(&pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}); err != nil {
+		p.log.detach(c)
+		return err
+	}
+	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) })
+}
+
+func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+	p, err := m.find(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	c := p.log.attach(false)
+	if err := stream.Send(&pb.ConnectResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}); err != nil {
+		p.log.detach(c)
+		return err
+	}
+	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
+}
+
+// stream sends a process's output from cursor c, keepalives while it is
+// quiet, and the end event, until the process ends or the client leaves.
+// The process outlives the stream.
+func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send func(*pb.ProcessEvent) error) error {
+	defer p.log.detach(c)
+	keep := time.NewTicker(m.srv.cfg.KeepAlive)
+	defer keep.Stop()
+	for {
+		evs, done, changed := p.log.read(c)
+		if len(evs) > maxBatch {
+			evs = evs[:maxBatch]
+		}
+		for _, ev := range evs {
+			if err := send(dataEvent(ev)); err != nil {
+				return err
+			}
+		}
+		if len(evs) > 0 {
+			p.log.consume(c, len(evs))
+			keep.Reset(m.srv.cfg.KeepAlive)
+			continue
+		}
+		if done {
+			<-p.exited
+			p.mu.Lock()
+			end := p.end
+			p.mu.Unlock()
+			return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+		}
+		select {
+		case <-changed:
+		case <-keep.C:
+			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func dataEvent(ev logEvent) *pb.ProcessEvent {
+	d := &pb.ProcessEvent_DataEvent{}
+	switch ev.kind {
+	case kindStdout:
+		d.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: ev.data}
+	case kindStderr:
+		d.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: ev.data}
+	default:
+		d.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: ev.data}
+	}
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}
+}
+
+// start launches a process and its output pumps.
+func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *sysUser) (*proc, error) {
+	cfg := req.GetProcess()
+	if cfg == nil || strings.TrimSpace(cfg.Cmd) == "" {
+		return nil, fmt.Errorf("no command: set process.cmd to the program to run: %w", sandbox.ErrInvalid)
+	}
+	if strings.IndexByte(cfg.Cmd, 0) >= 0 {
+		return nil, fmt.Errorf("command contains a NUL byte: %w", sandbox.ErrInvalid)
+	}
+	tag := req.GetTag()
+	m.mu.Lock()
+	if len(m.running) >= maxProcesses {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%d processes are already running, the most one sandbox may have: %w", maxProcesses, sandbox.ErrLimit)
+	}
+	if tag != "" {
+		if _, ok := m.tags[tag]; ok {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("a running process already has tag %q; pick another tag: %w", tag, sandbox.ErrExist)
+		}
+	}
+	m.mu.Unlock()
+
+	cwd := m.srv.cfg.Workdir
+	if cfg.Cwd != nil && *cfg.Cwd != "" {
+		cwd = *cfg.Cwd
+	}
+	sandboxDir, hostDir, err := m.srv.resolveCtx(ctx, cwd, true)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
+	}
+
+	env := m.srv.processEnv(cfg.Envs, user, sandboxDir)
+	path, err := lookPath(cfg.Cmd, env["PATH"])
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: append([]string{cfg.Cmd}, cfg.Args...), Dir: hostDir, Env: envList(env)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if user != nil && os.Geteuid() == 0 && (user.uid != 0 || user.gid != 0) {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid), Groups: user.groups}
+	}
+
+	p := &proc{tag: tag, config: cfg, log: newOutLog(m.srv.cfg.OutputBuffer), exited: make(chan struct{})}
+	var toClose []*os.File // the child's ends, closed in the parent after start
+	var readers []struct {
+		f    *os.File
+		kind byte
+	}
+	fail := func(err error) (*proc, error) {
+		for _, f := range toClose {
+			f.Close()
+		}
+		for _, r := range readers {
+			r.f.Close()
+		}
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		return nil, err
+	}
+	if req.Pty != nil {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return fail(fmt.Errorf("opening a pseudo-terminal: %w", err))
+		}
+		if sz := req.Pty.GetSize(); sz != nil && sz.Cols > 0 && sz.Rows > 0 {
+			pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)})
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		toClose = append(toClose, tty)
+		p.pty = ptmx
+		readers = append(readers, struct {
+			f    *os.File
+			kind byte
+		}{ptmx, kindPTY})
+	} else {
+		cmd.SysProcAttr.Setpgid = true
+		if req.Stdin == nil || *req.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			cmd.Stdin = r
+			toClose = append(toClose, r)
+			p.stdin = w
+		}
+		for _, kind := range []byte{kindStdout, kindStderr} {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			if kind == kindStdout {
+				cmd.Stdout = w
+			} else {
+				cmd.Stderr = w
+			}
+			toClose = append(toClose, w)
+			readers = append(readers, struct {
+				f    *os.File
+				kind byte
+			}{r, kind})
+		}
+	}
+
+	oomBefore := oomKills()
+	startFn := func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	}
+	var exitc <-chan exitInfo
+	var pid int
+	if m.reaper != nil {
+		exitc, pid, err = m.reaper.start(startFn)
+	} else {
+		exitc, pid, err = waitDirect(startFn)
+	}
+	if err != nil {
+		return fail(startError(cfg.Cmd, err))
+	}
+	for _, f := range toClose {
+		f.Close()
+	}
+	p.pid = pid
+
+	m.mu.Lock()
+	m.running[pid] = p
+	if tag != "" {
+		m.tags[tag] = p
+	}
+	m.mu.Unlock()
+
+	var pumps sync.WaitGroup
+	for _, r := range readers {
+		pumps.Add(1)
+		go func() {
+			defer pumps.Done()
+			defer r.f.Close()
+			buf := make([]byte, readChunk)
+			for {
+				n, err := r.f.Read(buf)
+				if n > 0 {
+					p.log.append(context.Background(), r.kind, append([]byte(nil), buf[:n]...))
+				}
+				if err != nil {
+					// EIO on a PTY master means the terminal side closed.
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		info := <-exitc
+		cmd.Process.Release()
+		if p.pty != nil {
+			// Descendants may hold the terminal open; the shell is gone,
+			// so stop reading after a short drain.
+			go func() { time.Sleep(100 * time.Millisecond); p.pty.Close() }()
+		}
+		pumps.Wait()
+		end := endEvent(info, oomBefore)
+		p.mu.Lock()
+		p.end = end
+		if p.stdin != nil {
+			p.stdin.Close()
+			p.stdin = nil
+		}
+		p.mu.Unlock()
+		p.log.close()
+		m.mu.Lock()
+		delete(m.running, pid)
+		if tag != "" && m.tags[tag] == p {
+			delete(m.tags, tag)
+		}
+		p.finished = time.Now()
+		m.finished = append(m.finished, p)
+		m.pruneLocked()
+		m.mu.Unlock()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// pruneLocked forgets ended processes past their keep time or count.
+func (m *processManager) pruneLocked() {
+	cut := 0
+	for cut < len(m.finished) && (len(m.finished)-cut > maxFinished || time.Since(m.finished[cut].finished) > finishedKeep) {
+		cut++
+	}
+	m.finished = append([]*proc(nil), m.finished[cut:]...)
+}
+
+// endEvent describes how a process ended, in envd's terms.
+func endEvent(info exitInfo, oomBefore int64) *pb.ProcessEvent_EndEvent {
+	ws := info.status
+	end := &pb.ProcessEvent_EndEvent{}
+	switch {
+	case info.err != nil:
+		end.ExitCode = -1
+		msg := info.err.Error()
+		end.Error = &msg
+		end.Status = "unknown"
+	case ws.Exited():
+		end.ExitCode = int32(ws.ExitStatus())
+		end.Exited = true
+		end.Status = "exit status " + strconv.Itoa(ws.ExitStatus())
+	case ws.Signaled():
+		end.ExitCode = -1
+		end.Status = "signal: " + ws.Signal().String()
+		if ws.Signal() == syscall.SIGKILL && oomKills() > oomBefore {
+			end.Status = "oom: killed"
+			msg := "the process was killed by the out-of-memory killer: it used more memory than the sandbox's limit"
+			end.Error = &msg
+		}
+	}
+	return end
+}
+
+// startError turns a failed exec into a sentinel error a user can act on.
+func startError(cmd string, err error) error {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("starting %q: program not found; check the name and the PATH: %w", cmd, sandbox.ErrNotFound)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("starting %q: not executable: %w", cmd, sandbox.ErrPermission)
+	case errors.Is(err, syscall.EAGAIN):
+		return fmt.Errorf("starting %q: too many processes in the sandbox: %w", cmd, sandbox.ErrLimit)
+	}
+	return fmt.Errorf("starting %q: %w", cmd, err)
+}
+
+// lookPath finds a program on the sandbox's PATH (not the daemon's).
+func lookPath(cmd, pathEnv string) (string, error) {
+	if strings.Contains(cmd, "/") {
+		return cmd, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, cmd)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("starting %q: program not found on PATH %q: %w", cmd, pathEnv, sandbox.ErrNotFound)
+}
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// processEnv builds a process's environment: defaults, the daemon's
+// configured env, then the request's.
+func (s *Server) processEnv(req map[string]string, user *sysUser, dir string) map[string]string {
+	env := map[string]string{"PATH": defaultPath, "HOME": "/", "LANG": "C.UTF-8"}
+	if user != nil {
+		env["HOME"], env["USER"], env["LOGNAME"] = user.home, user.name, user.name
+	}
+	for k, v := range s.cfg.Env {
+		env[k] = v
+	}
+	for k, v := range req {
+		env[k] = v
+	}
+	env["PWD"] = dir
+	return env
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *processManager) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	p, err := m.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if sz := req.Msg.GetPty().GetSize(); sz != nil {
+		if p.pty == nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has no PTY to resize; start it with a pty", p.pid))
+		}
+		if err := pty.Setsize(p.pty, &pty.Winsize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)}); err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("resizing the PTY of process %d: %w", p.pid, err))
+		}
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}
+
+// write sends input to a process's stdin or PTY.
+func (p *proc) write(in *pb.ProcessInput) error {
+	switch v := in.GetInput().(type) {
+	case *pb.ProcessInput_Pty:
+		if p.pty == nil {
+			return fmt.Errorf("process %d has no PTY; send stdin instead: %w", p.pid, sandbox.ErrState)
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("process %d has ended: %w", p.pid, sandbox.ErrState)
+		default:
+		}
+		_, err := p.pty.Write(v.Pty)
+		return err
+	case *pb.ProcessInput_Stdin:
+		if p.pty != nil {
+			_, err := p.pty.Write(v.Stdin)
+			return err
+		}
+		p.mu.Lock()
+		w := p.stdin
+		p.mu.Unlock()
+		if w == nil {
+			return fmt.Errorf("process %d has ended, closed its stdin or was started without one: %w", p.pid, sandbox.ErrState)
+		}
+		if _, err := w.Write(v.Stdin); err != nil {
+			return fmt.Errorf("writing to the stdin of process %d: %w: %w", p.pid, sandbox.ErrState, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("empty input: set stdin or pty: %w", sandbox.ErrInvalid)
+}
+
+func (m *processManager) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	p, err := m.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.write(req.Msg.GetInput()); err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&pb.SendInputResponse{}), nil
+}
+
+func (m *processManager) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	var p *proc
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *pb.StreamInputRequest_Start:
+			var err error
+			if p, err = m.find(ev.Start.GetProcess()); err != nil {
+				return nil, err
+			}
+		case *pb.StreamInputRequest_Data:
+			if p == nil {
+				return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("input before a start event: send the process selector first"))
+			}
+			if err := p.write(ev.Data.GetInput()); err != nil {
+				return nil, connectError(err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+func (m *processManager) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	p, err := m.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	var sig syscall.Signal
+	switch req.Msg.Signal {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig = syscall.SIGKILL
+	case pb.Signal_SIGNAL_SIGTERM:
+		sig = syscall.SIGTERM
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not supported: use SIGNAL_SIGTERM or SIGNAL_SIGKILL", req.Msg.Signal))
+	}
+	select {
+	case <-p.exited:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has already ended", p.pid))
+	default:
+	}
+	// The process leads its own group: signal the group so children of a
+	// shell go too.
+	if err := syscall.Kill(-p.pid, sig); err != nil {
+		if err := syscall.Kill(p.pid, sig); err != nil && err != syscall.ESRCH {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("signalling process %d: %w", p.pid, err))
+		}
+	}
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+func (m *processManager) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	p, err := m.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if p.pty != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d runs on a PTY: send Ctrl-D (0x04) instead of closing stdin", p.pid))
+	}
+	p.mu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.mu.Unlock()
+	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// closeAll kills every running process group.
+func (m *processManager) closeAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for pid := range m.running {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// oomKills reads how many processes the out-of-memory killer has ended in
+// the daemon's cgroup (v2 memory.events or v1 memory.oom_control); -1 if
+// unknown. A rise across a SIGKILL means the kill was the OOM killer's.
+func oomKills() int64 {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var file string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			file = filepath.Join("/sys/fs/cgroup", parts[2], "memory.events")
+		case strings.Contains(","+parts[1]+",", ",memory,"):
+			file = filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.oom_control")
+		default:
+			continue
+		}
+		if n, ok := readCounter(file, "oom_kill"); ok {
+			return n
+		}
+	}
+	return -1
+}
+
+func readCounter(file, key string) (int64, bool) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// sysUser is a user of the sandbox's /etc/passwd.
+type sysUser struct {
+	name     string
+	uid, gid int
+	home     string
+	groups   []uint32
+}
+
+// requestUser picks the user a request runs as: envd's clients name it in
+// a Basic authorization header ("user:"); else the daemon's default.
+func (s *Server) requestUser(h interface{ Get(string) string }) (*sysUser, error) {
+	name := s.cfg.User
+	if auth := h.Get("Authorization"); strings.HasPrefix(auth, "Basic ") {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic "))
+		if err != nil {
+			return nil, fmt.Errorf("malformed Basic authorization header: %w", sandbox.ErrInvalid)
+		}
+		if u, _, _ := strings.Cut(string(raw), ":"); u != "" {
+			name = u
+		}
+	}
+	if name == "" {
+		return nil, nil
+	}
+	return s.lookupUser(name)
+}
+
+// lookupUser finds a user by name or numeric id in the sandbox's
+// /etc/passwd.
+func (s *Server) lookupUser(name string) (*sysUser, error) {
+	data, err := os.ReadFile(filepath.Join(s.cfg.Root, "etc/passwd"))
+	if err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Split(line, ":")
+			if len(f) < 7 || (f[0] != name && f[2] != name) {
+				continue
+			}
+			uid, err1 := strconv.Atoi(f[2])
+			gid, err2 := strconv.Atoi(f[3])
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			return &sysUser{name: f[0], uid: uid, gid: gid, home: f[5], groups: []uint32{uint32(gid)}}, nil
+		}
+	}
+	if uid, err := strconv.Atoi(name); err == nil && uid >= 0 {
+		return &sysUser{name: name, uid: uid, gid: uid, home: "/"}, nil
+	}
+	return nil, fmt.Errorf("user %q does not exist in the sandbox: %w", name, sandbox.ErrPermission)
+}
+

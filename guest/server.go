@@ -1,0 +1,215 @@
+// Package guest is Cove's in-sandbox daemon (`cove guest`) and its client.
+//
+// The daemon is the first process of every sandbox, whatever isolates it.
+// It serves the process and filesystem APIs over one HTTP listener (a unix
+// socket for local sandboxes, TCP inside a pod) with Connect RPC services
+// wire-compatible with E2B's envd, envd's /health and /files endpoints, and
+// a few Cove extensions (workspace tar, port tunnels). The client side
+// (Client, Session) turns that API into a sandbox.Session, so every runtime
+// only has to start the daemon and hand over a connection to it.
+package guest
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cove-sandbox/cove/guest/gen/filesystem/filesystemconnect"
+	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+)
+
+// Header names shared with envd.
+const (
+	// AccessTokenHeader carries the access token when one is configured.
+	AccessTokenHeader = "X-Access-Token"
+)
+
+// Config configures a daemon.
+type Config struct {
+	// Root is the host directory that is the sandbox's "/". Inside real
+	// isolation it is "/"; when the daemon runs as a plain child process
+	// it is a temporary directory. Every file path is confined to it.
+	Root string
+	// Workdir is the sandbox path relative paths and processes without a
+	// cwd start in (the workspace root).
+	Workdir string
+	// AccessToken, when set, must be presented in X-Access-Token on every
+	// request but /health.
+	AccessToken string
+	// Env is added to every process's environment.
+	Env map[string]string
+	// KeepAlive is how often long streams get a keepalive event; 0 means
+	// 30s.
+	KeepAlive time.Duration
+	// OutputBuffer bounds the output kept per process for a reattaching
+	// client; 0 means 4 MiB.
+	OutputBuffer int
+	// User is the default user processes run as ("" means the daemon's own).
+	User string
+	// Reap makes the daemon wait for every child, as pid 1 must; only the
+	// real daemon sets it, since it steals children from any other code
+	// in the same process.
+	Reap bool
+	// Logger receives the daemon's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is the daemon. Create it with NewServer, serve Handler.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	procs *processManager
+	fs    *fsService
+}
+
+// NewServer prepares a daemon from cfg.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("resolving root %q: %w", cfg.Root, err)
+	}
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	cfg.Root = root
+	if cfg.Workdir == "" {
+		cfg.Workdir = "/"
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = 30 * time.Second
+	}
+	if cfg.OutputBuffer <= 0 {
+		cfg.OutputBuffer = 4 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.fs = &fsService{srv: s}
+	s.procs = newProcessManager(s)
+	return s, nil
+}
+
+// Handler returns the daemon's HTTP handler: the Connect services, envd's
+// HTTP endpoints and Cove's extensions.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.authInterceptor()))
+	mux.Handle(processconnect.NewProcessHandler(s.procs, opts))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(s.fs, opts))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("GET /files", s.requireToken(http.HandlerFunc(s.fs.download)))
+	mux.Handle("POST /files", s.requireToken(http.HandlerFunc(s.fs.upload)))
+	mux.Handle("GET /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarDownload)))
+	mux.Handle("POST /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarUpload)))
+	mux.Handle("GET /cove/port/{port}", s.requireToken(http.HandlerFunc(s.tunnel)))
+	return withConfine(mux)
+}
+
+// Serve serves the daemon on l until ctx ends, then closes running
+// processes' streams and returns.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		Protocols:         new(http.Protocols),
+	}
+	// Unencrypted HTTP/2 lets many streams share one unix-socket
+	// connection; HTTP/1.1 stays available for plain clients.
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		hs.Shutdown(shutdown)
+	}()
+	err := hs.Serve(l)
+	if err == http.ErrServerClosed {
+		return nil
+	}
+	return err
+}
+
+// Close kills every process the daemon started.
+func (s *Server) Close() { s.procs.closeAll() }
+
+func (s *Server) tokenOK(r *http.Request) bool {
+	if s.cfg.AccessToken == "" {
+		return true
+	}
+	got := r.Header.Get(AccessTokenHeader)
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AccessToken)) == 1
+}
+
+func (s *Server) requireToken(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.tokenOK(r) {
+			writeJSONError(w, http.StatusUnauthorized, "missing or wrong access token: send it in the X-Access-Token header")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) authInterceptor() connect.Interceptor {
+	return &authInterceptor{s: s}
+}
+
+type authInterceptor struct{ s *Server }
+
+func (a *authInterceptor) check(h http.Header) error {
+	if a.s.cfg.AccessToken == "" {
+		return nil
+	}
+	got := h.Get(AccessTokenHeader)
+	if subtle.ConstantTimeCompare([]byte(got), []byte(a.s.cfg.AccessToken)) != 1 {
+		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("missing or wrong access token: send it in the %s header", AccessTokenHeader))
+	}
+	return nil
+}
+
+func (a *authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := a.check(req.Header()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (a *authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := a.check(conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+// writeJSONError writes envd's error shape: {"message": ..., "code": N}.
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(struct {
+		Message string `json:"message"`
+		Code    int    `json:"code"`
+	}{msg, status})
+}

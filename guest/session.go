@@ -1,0 +1,692 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	fspb "github.com/cove-sandbox/cove/guest/gen/filesystem"
+	pb "github.com/cove-sandbox/cove/guest/gen/process"
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// SessionOptions configures a Session.
+type SessionOptions struct {
+	// ID is the sandbox id.
+	ID string
+	// Root is the workspace root inside the sandbox; "" means
+	// sandbox.DefaultRoot. Every path is confined to it.
+	Root string
+	// Info describes the sandbox; the runtime owns its state.
+	Info func(ctx context.Context) (sandbox.Info, error)
+	// Check, when set, runs before every call; a non-nil error (say,
+	// ErrState for a stopped sandbox) is returned instead of calling the
+	// daemon.
+	Check func(ctx context.Context) error
+}
+
+// Session is a sandbox.Session backed by a daemon. Every runtime that runs
+// `cove guest` uses it.
+type Session struct {
+	c    *Client
+	opts SessionOptions
+}
+
+var _ sandbox.Session = (*Session)(nil)
+
+// NewSession returns a Session that operates through c.
+func NewSession(c *Client, opts SessionOptions) *Session {
+	if opts.Root == "" {
+		opts.Root = sandbox.DefaultRoot
+	}
+	return &Session{c: c, opts: opts}
+}
+
+// Client returns the daemon client the session uses.
+func (s *Session) Client() *Client { return s.c }
+
+func (s *Session) ID() string { return s.opts.ID }
+
+func (s *Session) Info(ctx context.Context) (sandbox.Info, error) {
+	if s.opts.Info == nil {
+		return sandbox.Info{ID: s.opts.ID, State: sandbox.StateRunning, Spec: sandbox.Spec{Root: s.opts.Root}}, nil
+	}
+	return s.opts.Info(ctx)
+}
+
+func (s *Session) check(ctx context.Context) error {
+	if s.opts.Check != nil {
+		return s.opts.Check(ctx)
+	}
+	return nil
+}
+
+// path confines p to the workspace.
+func (s *Session) path(p string) (string, error) {
+	return sandbox.ResolvePath(s.opts.Root, p)
+}
+
+// rpcHeader marks a request as confined to the workspace so the daemon
+// refuses symlinks that lead out of it, not only out of the sandbox.
+func (s *Session) confine(h http.Header) { h.Set(ConfineHeader, s.opts.Root) }
+
+func req[T any](s *Session, msg *T) *connect.Request[T] {
+	r := connect.NewRequest(msg)
+	s.confine(r.Header())
+	return r
+}
+
+func (s *Session) startRequest(r sandbox.ExecRequest) (*pb.StartRequest, error) {
+	if r.Cmd == "" {
+		return nil, fmt.Errorf("empty command: set Cmd to the program to run: %w", sandbox.ErrInvalid)
+	}
+	cmd, args := r.Cmd, r.Args
+	if r.Shell && len(args) == 0 {
+		cmd, args = "/bin/sh", []string{"-c", r.Cmd}
+	}
+	dir := r.Dir
+	if dir == "" {
+		dir = s.opts.Root
+	}
+	dir, err := s.path(dir)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	stdin := r.OpenStdin || r.Stdin != nil
+	pr := &pb.StartRequest{
+		Process: &pb.ProcessConfig{Cmd: cmd, Args: args, Envs: r.Env, Cwd: &dir},
+		Stdin:   &stdin,
+	}
+	if r.Tag != "" {
+		pr.Tag = &r.Tag
+	}
+	if r.PTY != nil {
+		pr.Pty = &pb.PTY{Size: &pb.PTY_Size{Cols: uint32(r.PTY.Cols), Rows: uint32(r.PTY.Rows)}}
+	}
+	return pr, nil
+}
+
+func (s *Session) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	p, err := s.start(ctx, r, ctx)
+	if err != nil {
+		return sandbox.ExitStatus{}, err
+	}
+	st, err := p.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up: the command must not outlive it.
+		kill, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		p.Signal(kill, sandbox.SIGKILL)
+		cancel()
+		return sandbox.ExitStatus{}, ctx.Err()
+	}
+	return st, err
+}
+
+func (s *Session) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Process, error) {
+	return s.start(ctx, r, context.Background())
+}
+
+// start opens the Start stream under streamCtx (the process's lifetime as
+// seen by this handle) and waits, under ctx, for the start event.
+func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx context.Context) (*process, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	pr, err := s.startRequest(r)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(streamCtx))
+	if streamCtx != context.Background() {
+		stop := context.AfterFunc(streamCtx, cancel)
+		_ = stop
+	}
+	stream, err := s.c.Process.Start(sctx, req(s, pr))
+	if err != nil {
+		cancel()
+		return nil, wireError(err)
+	}
+	p := newProcess(s, r.Tag, r.PTY != nil, r.Stdout, r.Stderr, cancel)
+	pid, err := p.run(ctx, func() (bool, *pb.ProcessEvent, error) {
+		if !stream.Receive() {
+			return false, nil, stream.Err()
+		}
+		return true, stream.Msg().GetEvent(), nil
+	}, stream.Close)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	_ = pid
+	if r.Stdin != nil {
+		go p.feed(r.Stdin)
+	}
+	return p, nil
+}
+
+func (s *Session) Attach(ctx context.Context, sel sandbox.ProcessSelector, stdout, stderr io.Writer) (sandbox.Process, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	p := newProcess(s, sel.Tag, false, stdout, stderr, nil)
+	p.pid = sel.PID
+	if err := p.connect(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *Session) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.c.Process.List(ctx, req(s, &pb.ListRequest{}))
+	if err != nil {
+		return nil, wireError(err)
+	}
+	var out []sandbox.ProcessInfo
+	for _, p := range resp.Msg.Processes {
+		out = append(out, sandbox.ProcessInfo{
+			PID: int(p.Pid), Tag: p.GetTag(), Cmd: p.GetConfig().GetCmd(), Args: p.GetConfig().GetArgs(),
+			Env: p.GetConfig().GetEnvs(), Dir: p.GetConfig().GetCwd(),
+		})
+	}
+	return out, nil
+}
+
+func (s *Session) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	sp, err := s.path(p)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.c.do(ctx, http.MethodGet, "/files", url.Values{"path": {sp}}, nil, http.Header{ConfineHeader: {s.opts.Root}})
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", sp, err)
+	}
+	return resp.Body, nil
+}
+
+func (s *Session) WriteFile(ctx context.Context, p string, r io.Reader, perm uint32) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sp, err := s.path(p)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"path": {sp}}
+	if perm != 0 {
+		q.Set("mode", "0"+strconv.FormatUint(uint64(perm&0o7777), 8))
+	}
+	if r == nil {
+		r = bytes.NewReader(nil)
+	}
+	resp, err := s.c.do(ctx, http.MethodPost, "/files", q, io.NopCloser(r),
+		http.Header{"Content-Type": {"application/octet-stream"}, ConfineHeader: {s.opts.Root}})
+	if err != nil {
+		return fmt.Errorf("writing %q: %w", sp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
+}
+
+func (s *Session) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	sp, err := s.path(p)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	resp, err := s.c.FS.Stat(ctx, req(s, &fspb.StatRequest{Path: sp}))
+	if err != nil {
+		return sandbox.FileInfo{}, wireError(err)
+	}
+	return fileInfo(resp.Msg.Entry), nil
+}
+
+func (s *Session) List(ctx context.Context, p string, depth int) ([]sandbox.FileInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	sp, err := s.path(p)
+	if err != nil {
+		return nil, err
+	}
+	if depth <= 0 {
+		depth = 1
+	}
+	resp, err := s.c.FS.ListDir(ctx, req(s, &fspb.ListDirRequest{Path: sp, Depth: uint32(depth)}))
+	if err != nil {
+		return nil, wireError(err)
+	}
+	out := make([]sandbox.FileInfo, 0, len(resp.Msg.Entries))
+	for _, e := range resp.Msg.Entries {
+		out = append(out, fileInfo(e))
+	}
+	return out, nil
+}
+
+func (s *Session) Mkdir(ctx context.Context, p string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sp, err := s.path(p)
+	if err != nil {
+		return err
+	}
+	_, err = s.c.FS.MakeDir(ctx, req(s, &fspb.MakeDirRequest{Path: sp}))
+	if err == nil {
+		return nil
+	}
+	err = wireError(err)
+	if errors.Is(err, sandbox.ErrExist) {
+		// envd refuses an existing path; our contract accepts an existing
+		// directory.
+		if fi, serr := s.Stat(ctx, sp); serr == nil && fi.Type == sandbox.TypeDir {
+			return nil
+		}
+		return fmt.Errorf("creating directory %q: a file is in the way: %w", sp, sandbox.ErrExist)
+	}
+	return err
+}
+
+func (s *Session) Remove(ctx context.Context, p string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sp, err := s.path(p)
+	if err != nil {
+		return err
+	}
+	if sp == s.opts.Root {
+		return fmt.Errorf("removing %q: it is the workspace root; remove what is inside it instead: %w", sp, sandbox.ErrInvalid)
+	}
+	if _, err := s.c.FS.Remove(ctx, req(s, &fspb.RemoveRequest{Path: sp})); err != nil {
+		return wireError(err)
+	}
+	return nil
+}
+
+func (s *Session) Move(ctx context.Context, src, dst string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	ss, err := s.path(src)
+	if err != nil {
+		return err
+	}
+	ds, err := s.path(dst)
+	if err != nil {
+		return err
+	}
+	if ss == s.opts.Root {
+		return fmt.Errorf("moving %q: it is the workspace root: %w", ss, sandbox.ErrInvalid)
+	}
+	if _, err := s.c.FS.Move(ctx, req(s, &fspb.MoveRequest{Source: ss, Destination: ds})); err != nil {
+		return wireError(err)
+	}
+	return nil
+}
+
+func (s *Session) SnapshotWorkspace(ctx context.Context, w io.Writer) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	resp, err := s.c.do(ctx, http.MethodGet, "/cove/tar", url.Values{"path": {s.opts.Root}}, nil, nil)
+	if err != nil {
+		return fmt.Errorf("snapshotting the workspace: %w", err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("snapshotting the workspace: %w", wireError(err))
+	}
+	return nil
+}
+
+func (s *Session) RestoreWorkspace(ctx context.Context, r io.Reader) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	resp, err := s.c.do(ctx, http.MethodPost, "/cove/tar", url.Values{"path": {s.opts.Root}}, io.NopCloser(r),
+		http.Header{"Content-Type": {"application/x-tar"}})
+	if err != nil {
+		return fmt.Errorf("restoring the workspace: %w", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
+}
+
+func (s *Session) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.c.DialPort(ctx, port)
+}
+
+func fileInfo(e *fspb.EntryInfo) sandbox.FileInfo {
+	fi := sandbox.FileInfo{
+		Name: e.GetName(), Path: e.GetPath(), Size: e.GetSize(), Mode: e.GetMode() & 0o7777,
+		Owner: e.GetOwner(), Group: e.GetGroup(), SymlinkTarget: e.GetSymlinkTarget(),
+	}
+	if e.ModifiedTime != nil {
+		fi.ModTime = e.ModifiedTime.AsTime()
+	}
+	switch e.GetType() {
+	case fspb.FileType_FILE_TYPE_DIRECTORY:
+		fi.Type = sandbox.TypeDir
+	case fspb.FileType_FILE_TYPE_SYMLINK:
+		fi.Type = sandbox.TypeSymlink
+	default:
+		fi.Type = sandbox.TypeFile
+	}
+	return fi
+}
+
+// process is a sandbox.Process over the daemon's process service.
+type process struct {
+	s      *Session
+	tag    string
+	hasPTY bool
+	stdout io.Writer
+	stderr io.Writer
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	pid      int
+	cancel   context.CancelFunc // ends the current stream
+	detached bool
+	status   *sandbox.ExitStatus
+	err      error
+	done     chan struct{} // closed when the end event (or a final error) arrives
+}
+
+func newProcess(s *Session, tag string, hasPTY bool, stdout, stderr io.Writer, cancel context.CancelFunc) *process {
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	return &process{s: s, tag: tag, hasPTY: hasPTY, stdout: stdout, stderr: stderr, cancel: cancel, done: make(chan struct{})}
+}
+
+// run reads the first event (the start, carrying the pid) under ctx, then
+// pumps the rest of the stream in the background.
+func (p *process) run(ctx context.Context, recv func() (bool, *pb.ProcessEvent, error), closeFn func() error) (int, error) {
+	type first struct {
+		ev  *pb.ProcessEvent
+		err error
+	}
+	fc := make(chan first, 1)
+	go func() {
+		ok, ev, err := recv()
+		if !ok && err == nil {
+			err = fmt.Errorf("the sandbox daemon closed the stream before the process started: %w", sandbox.ErrUnavailable)
+		}
+		fc <- first{ev, err}
+	}()
+	var f first
+	select {
+	case f = <-fc:
+	case <-ctx.Done():
+		p.cancel()
+		return 0, ctx.Err()
+	}
+	if f.err != nil {
+		closeFn()
+		return 0, wireError(f.err)
+	}
+	st := f.ev.GetStart()
+	if st == nil {
+		closeFn()
+		return 0, fmt.Errorf("the sandbox daemon sent %T before the start event: %w", f.ev.GetEvent(), sandbox.ErrUnavailable)
+	}
+	p.mu.Lock()
+	p.pid = int(st.Pid)
+	p.mu.Unlock()
+	go p.pump(recv, closeFn)
+	return int(st.Pid), nil
+}
+
+// pump delivers output until the end event. If the stream breaks while
+// the handle is attached, it reconnects by pid and goes on from the output
+// not yet delivered.
+func (p *process) pump(recv func() (bool, *pb.ProcessEvent, error), closeFn func() error) {
+	for {
+		ok, ev, err := recv()
+		if ok {
+			if p.handle(ev) {
+				closeFn()
+				return
+			}
+			continue
+		}
+		closeFn()
+		p.mu.Lock()
+		detached := p.detached
+		p.mu.Unlock()
+		if detached {
+			return
+		}
+		if err == nil {
+			err = errors.New("the stream ended without an end event")
+		}
+		// Reconnect: the daemon may have restarted the connection.
+		if rerr := p.reconnect(); rerr != nil {
+			p.finish(nil, fmt.Errorf("lost the output stream of process %d (%v) and could not reattach: %w", p.PID(), err, rerr))
+		}
+		return
+	}
+}
+
+func (p *process) reconnect() error {
+	backoff := 50 * time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := p.connect(ctx)
+		cancel()
+		if err == nil || errors.Is(err, sandbox.ErrNotFound) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// connect opens a Connect stream by pid or tag and pumps it.
+func (p *process) connect(ctx context.Context) error {
+	sel := &pb.ProcessSelector{}
+	if p.tag != "" {
+		sel.Selector = &pb.ProcessSelector_Tag{Tag: p.tag}
+	} else {
+		sel.Selector = &pb.ProcessSelector_Pid{Pid: uint32(p.PID())}
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stream, err := p.s.c.Process.Connect(sctx, req(p.s, &pb.ConnectRequest{Process: sel}))
+	if err != nil {
+		cancel()
+		return wireError(err)
+	}
+	p.mu.Lock()
+	p.cancel = cancel
+	p.detached = false
+	p.mu.Unlock()
+	_, err = p.run(ctx, func() (bool, *pb.ProcessEvent, error) {
+		if !stream.Receive() {
+			return false, nil, stream.Err()
+		}
+		return true, stream.Msg().GetEvent(), nil
+	}, stream.Close)
+	if err != nil {
+		cancel()
+	}
+	return err
+}
+
+// handle processes one event; it reports true at the end.
+func (p *process) handle(ev *pb.ProcessEvent) bool {
+	switch e := ev.GetEvent().(type) {
+	case *pb.ProcessEvent_Data:
+		switch d := e.Data.GetOutput().(type) {
+		case *pb.ProcessEvent_DataEvent_Stdout:
+			p.stdout.Write(d.Stdout)
+		case *pb.ProcessEvent_DataEvent_Stderr:
+			p.stderr.Write(d.Stderr)
+		case *pb.ProcessEvent_DataEvent_Pty:
+			p.stdout.Write(d.Pty)
+		}
+	case *pb.ProcessEvent_End:
+		p.finish(exitStatus(e.End), nil)
+		return true
+	}
+	return false
+}
+
+func exitStatus(end *pb.ProcessEvent_EndEvent) *sandbox.ExitStatus {
+	st := &sandbox.ExitStatus{Code: int(end.ExitCode), Error: end.GetError()}
+	if !end.Exited {
+		st.Code = -1
+		switch {
+		case end.Status == "oom: killed":
+			st.OOM, st.Signal = true, "killed"
+		case len(end.Status) > len("signal: "):
+			st.Signal = end.Status[len("signal: "):]
+		default:
+			st.Signal = "unknown"
+		}
+	}
+	return st
+}
+
+func (p *process) finish(st *sandbox.ExitStatus, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.status, p.err = st, err
+	close(p.done)
+}
+
+// feed copies r to the process's stdin, then closes it.
+func (p *process) feed(r io.Reader) {
+	ctx := context.Background()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := p.Write(ctx, buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	p.CloseStdin(ctx)
+}
+
+func (p *process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+func (p *process) Tag() string { return p.tag }
+
+func (p *process) Wait(ctx context.Context) (sandbox.ExitStatus, error) {
+	p.mu.Lock()
+	detached := p.detached
+	p.mu.Unlock()
+	if detached {
+		return sandbox.ExitStatus{}, fmt.Errorf("process %d: this handle is detached; Attach again to wait: %w", p.PID(), sandbox.ErrState)
+	}
+	select {
+	case <-p.done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.err != nil {
+			return sandbox.ExitStatus{}, p.err
+		}
+		return *p.status, nil
+	case <-ctx.Done():
+		return sandbox.ExitStatus{}, ctx.Err()
+	}
+}
+
+func (p *process) selector() *pb.ProcessSelector {
+	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: uint32(p.PID())}}
+}
+
+func (p *process) Write(ctx context.Context, b []byte) error {
+	in := &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: b}}
+	if p.hasPTY {
+		in.Input = &pb.ProcessInput_Pty{Pty: b}
+	}
+	_, err := p.s.c.Process.SendInput(ctx, req(p.s, &pb.SendInputRequest{Process: p.selector(), Input: in}))
+	return wireError(err)
+}
+
+func (p *process) CloseStdin(ctx context.Context) error {
+	_, err := p.s.c.Process.CloseStdin(ctx, req(p.s, &pb.CloseStdinRequest{Process: p.selector()}))
+	return wireError(err)
+}
+
+func (p *process) Signal(ctx context.Context, sig sandbox.Signal) error {
+	var ps pb.Signal
+	switch sig {
+	case sandbox.SIGKILL:
+		ps = pb.Signal_SIGNAL_SIGKILL
+	case sandbox.SIGTERM:
+		ps = pb.Signal_SIGNAL_SIGTERM
+	case sandbox.SIGINT:
+		if p.hasPTY {
+			return p.Write(ctx, []byte{0x03})
+		}
+		return fmt.Errorf("signal %d: only SIGTERM and SIGKILL can be sent to a process without a PTY: %w", sig, sandbox.ErrInvalid)
+	default:
+		return fmt.Errorf("signal %d: only SIGTERM and SIGKILL are supported: %w", sig, sandbox.ErrInvalid)
+	}
+	_, err := p.s.c.Process.SendSignal(ctx, req(p.s, &pb.SendSignalRequest{Process: p.selector(), Signal: ps}))
+	return wireError(err)
+}
+
+func (p *process) Resize(ctx context.Context, size sandbox.PTYSize) error {
+	_, err := p.s.c.Process.Update(ctx, req(p.s, &pb.UpdateRequest{
+		Process: p.selector(), Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: uint32(size.Cols), Rows: uint32(size.Rows)}},
+	}))
+	if err != nil && errors.Is(wireError(err), sandbox.ErrState) {
+		return fmt.Errorf("process %d has no PTY: %w", p.PID(), sandbox.ErrInvalid)
+	}
+	return wireError(err)
+}
+
+func (p *process) Detach() error {
+	p.mu.Lock()
+	p.detached = true
+	cancel := p.cancel
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/hostproc"
+)
+
+// bench measures the daemon's hot paths from a real sandbox and prints a
+// table, with a direct fork/exec of the same program on the host as the
+// floor to compare against.
+func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 500, "exec round trips to time")
+	mb := fs.Int("mb", 256, "megabytes to upload and download")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	dir, err := os.MkdirTemp("", "cove-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "rt")})
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		return err
+	}
+	createTime := time.Since(t0)
+	defer rt.Delete(context.WithoutCancel(ctx), s.ID())
+
+	// Warm up the connection.
+	s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"})
+	guestTimes := make([]time.Duration, *n)
+	for i := range guestTimes {
+		t := time.Now()
+		if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"}); err != nil {
+			return err
+		}
+		guestTimes[i] = time.Since(t)
+	}
+	hostTimes := make([]time.Duration, *n)
+	truePath, _ := exec.LookPath("true")
+	for i := range hostTimes {
+		t := time.Now()
+		if err := exec.Command(truePath).Run(); err != nil {
+			return err
+		}
+		hostTimes[i] = time.Since(t)
+	}
+
+	size := int64(*mb) << 20
+	t := time.Now()
+	if err := s.WriteFile(ctx, "bench.bin", io.LimitReader(zeroReader{}, size), 0o644); err != nil {
+		return err
+	}
+	up := time.Since(t)
+	t = time.Now()
+	rc, err := s.ReadFile(ctx, "bench.bin")
+	if err != nil {
+		return err
+	}
+	got, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	if err != nil || got != size {
+		return fmt.Errorf("download: got %d bytes, want %d (%v)", got, size, err)
+	}
+	down := time.Since(t)
+
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tcove guest\thost fork/exec\tratio\ttarget")
+	gp50, gp90 := pct(guestTimes, 50), pct(guestTimes, 90)
+	hp50, hp90 := pct(hostTimes, 50), pct(hostTimes, 90)
+	fmt.Fprintf(tw, "exec true p50\t%s\t%s\t%.2fx\t< 1.5ms\n", fmtDur(gp50), fmtDur(hp50), float64(gp50)/float64(hp50))
+	fmt.Fprintf(tw, "exec true p90\t%s\t%s\t%.2fx\t\n", fmtDur(gp90), fmtDur(hp90), float64(gp90)/float64(hp90))
+	fmt.Fprintf(tw, "upload %d MiB\t%.0f MB/s\t\t\t>= 300 MB/s\n", *mb, float64(size)/up.Seconds()/1e6)
+	fmt.Fprintf(tw, "download %d MiB\t%.0f MB/s\t\t\t\n", *mb, float64(size)/down.Seconds()/1e6)
+	fmt.Fprintf(tw, "sandbox create\t%s\t\t\t\n", fmtDur(createTime))
+	return tw.Flush()
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[(len(s)-1)*p/100]
+}
+
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.3fms", float64(d.Microseconds())/1000)
+}

@@ -1,0 +1,91 @@
+// Package cli implements cove's subcommands, flags and terminal output.
+// It is the one place (with internal/app, later) that picks concrete
+// runtimes; everything it does is reachable from tests via Run.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/cove-sandbox/cove/guest"
+)
+
+// ErrUsage means the command line was wrong; the usage has been printed.
+var ErrUsage = errors.New("usage")
+
+// exitError carries a command's exit code (cove demo forwards the
+// sandboxed command's).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// ExitCode is the process exit code for an error returned by Run.
+func ExitCode(err error) int {
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, ErrUsage):
+		return 2
+	}
+	return 1
+}
+
+const usage = `cove runs AI agents' work in isolated Linux sandboxes.
+
+Usage:
+  cove demo [-- COMMAND ARGS...]   start a sandbox, run a command in it through its daemon, print the output
+  cove bench [-n N]                measure exec round trip and file throughput through the daemon
+  cove version                     print the version
+
+Environment:
+  COVE_HOME   state directory (default ~/.cove, or /var/lib/cove as root)
+`
+
+// Version is set at build time.
+var Version = "dev"
+
+// Run runs one cove command line (without the program name).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ErrUsage
+	}
+	switch args[0] {
+	case "guest":
+		// Hidden: the in-sandbox daemon, started by runtimes.
+		return guest.Main(ctx, args[1:], stderr)
+	case "demo":
+		return demo(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return bench(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "cove", Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "cove: unknown command %q\n\n%s", args[0], usage)
+	return ErrUsage
+}
+
+// home is cove's state directory.
+func home() string {
+	if h := os.Getenv("COVE_HOME"); h != "" {
+		return h
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/cove"
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".cove")
+	}
+	return filepath.Join(os.TempDir(), "cove")
+}

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/hostproc"
+)
+
+// demo starts a sandbox (its daemon as a child process), writes a file,
+// runs a command through the daemon with its output streamed, and deletes
+// the sandbox.
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	keep := fs.Bool("keep", false, "keep the sandbox instead of deleting it")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	cmd := fs.Args()
+	if len(cmd) == 0 {
+		cmd = []string{"sh", "-c", `echo "hello from $(pwd) as $(id -un)"; ls -la; cat hello.txt; echo "to stderr" >&2`}
+	}
+	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(home(), "hostproc")})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	fmt.Fprintln(stderr, "→ creating a sandbox (daemon as a child process)")
+	s, err := rt.Create(ctx, sandbox.Spec{Env: map[string]string{"COVE_DEMO": "1"}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "  sandbox %s ready in %s\n", s.ID(), time.Since(start).Round(time.Millisecond))
+	defer func() {
+		if *keep {
+			fmt.Fprintf(stderr, "→ keeping sandbox %s\n", s.ID())
+			return
+		}
+		rt.Delete(context.WithoutCancel(ctx), s.ID())
+		fmt.Fprintf(stderr, "→ deleted sandbox %s\n", s.ID())
+	}()
+	fmt.Fprintln(stderr, "→ writing hello.txt")
+	if err := s.WriteFile(ctx, "hello.txt", strings.NewReader("hello, workspace\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "→ running %q\n", strings.Join(cmd, " "))
+	t := time.Now()
+	st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: cmd[0], Args: cmd[1:], Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "→ exit code %d in %s\n", st.Code, time.Since(t).Round(time.Millisecond))
+	if !st.Success() {
+		code := st.Code
+		if code <= 0 {
+			code = 1
+		}
+		return exitError{code}
+	}
+	return nil
+}
