@@ -2,10 +2,10 @@ package guest
 
 import (
 	"context"
-	"net/http"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -50,7 +50,7 @@ func (s *Server) resolve(p string, follow bool) (sandboxPath, hostPath string, e
 				cur = filepath.Join(append([]string{next}, rest...)...)
 				break
 			}
-			return "", "", fmt.Errorf("resolving %q: %w", p, mapOSError(err))
+			return "", "", fmt.Errorf("resolving %q: %w", p, mapOSError(unwrapOS(err)))
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 || (len(rest) == 0 && !follow) {
 			cur = next
@@ -62,7 +62,7 @@ func (s *Server) resolve(p string, follow bool) (sandboxPath, hostPath string, e
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
-			return "", "", fmt.Errorf("reading symlink %q: %w", p, mapOSError(err))
+			return "", "", fmt.Errorf("reading symlink %q: %w", p, mapOSError(unwrapOS(err)))
 		}
 		var dest string
 		if filepath.IsAbs(target) {

@@ -581,14 +581,9 @@ func (m *processManager) SendSignal(ctx context.Context, req *connect.Request[pb
 	if err != nil {
 		return nil, err
 	}
-	var sig syscall.Signal
-	switch req.Msg.Signal {
-	case pb.Signal_SIGNAL_SIGKILL:
-		sig = syscall.SIGKILL
-	case pb.Signal_SIGNAL_SIGTERM:
-		sig = syscall.SIGTERM
-	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not supported: use SIGNAL_SIGTERM or SIGNAL_SIGKILL", req.Msg.Signal))
+	sig := syscall.Signal(req.Msg.Signal)
+	if _, known := pb.Signal_name[int32(req.Msg.Signal)]; !known || sig == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %d is not supported: use SIGNAL_SIGTERM, SIGNAL_SIGKILL, SIGNAL_SIGINT, SIGNAL_SIGHUP, SIGNAL_SIGQUIT, SIGNAL_SIGUSR1 or SIGNAL_SIGUSR2", req.Msg.Signal))
 	}
 	select {
 	case <-p.exited:
@@ -728,4 +723,3 @@ func (s *Server) lookupUser(name string) (*sysUser, error) {
 	}
 	return nil, fmt.Errorf("user %q does not exist in the sandbox: %w", name, sandbox.ErrPermission)
 }
-

@@ -23,7 +23,7 @@ import (
 
 // startTestServer runs a daemon in the test process on a unix socket and
 // returns a client for it. Root is a fresh directory with a workspace.
-func startTestServer(t *testing.T, cfg Config) (*Server, *Client) {
+func startTestServer(t testing.TB, cfg Config) (*Server, *Client) {
 	t.Helper()
 	if cfg.Root == "" {
 		cfg.Root = t.TempDir()

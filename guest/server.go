@@ -145,7 +145,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // Close kills every process the daemon started.
-func (s *Server) Close() { s.procs.closeAll() }
+func (s *Server) Close() {
+	s.procs.closeAll()
+	s.fs.closeWatchers()
+}
 
 func (s *Server) tokenOK(r *http.Request) bool {
 	if s.cfg.AccessToken == "" {

@@ -294,13 +294,16 @@ func (s *Session) Mkdir(ctx context.Context, p string) error {
 		return nil
 	}
 	err = wireError(err)
-	if errors.Is(err, sandbox.ErrExist) {
+	if errors.Is(err, sandbox.ErrExist) || errors.Is(err, sandbox.ErrInvalid) {
 		// envd refuses an existing path; our contract accepts an existing
 		// directory.
-		if fi, serr := s.Stat(ctx, sp); serr == nil && fi.Type == sandbox.TypeDir {
+		fi, serr := s.Stat(ctx, sp)
+		switch {
+		case serr == nil && fi.Type == sandbox.TypeDir:
 			return nil
+		case serr == nil:
+			return fmt.Errorf("creating directory %q: a file is in the way: %w", sp, sandbox.ErrExist)
 		}
-		return fmt.Errorf("creating directory %q: a file is in the way: %w", sp, sandbox.ErrExist)
 	}
 	return err
 }
@@ -315,6 +318,11 @@ func (s *Session) Remove(ctx context.Context, p string) error {
 	}
 	if sp == s.opts.Root {
 		return fmt.Errorf("removing %q: it is the workspace root; remove what is inside it instead: %w", sp, sandbox.ErrInvalid)
+	}
+	// envd's Remove succeeds on a missing path; the contract says
+	// ErrNotFound.
+	if _, err := s.c.FS.Stat(ctx, req(s, &fspb.StatRequest{Path: sp})); err != nil {
+		return fmt.Errorf("removing %q: %w", sp, wireError(err))
 	}
 	if _, err := s.c.FS.Remove(ctx, req(s, &fspb.RemoveRequest{Path: sp})); err != nil {
 		return wireError(err)
@@ -336,6 +344,10 @@ func (s *Session) Move(ctx context.Context, src, dst string) error {
 	}
 	if ss == s.opts.Root {
 		return fmt.Errorf("moving %q: it is the workspace root: %w", ss, sandbox.ErrInvalid)
+	}
+	// envd's Move replaces the destination; the contract refuses to.
+	if _, err := s.c.FS.Stat(ctx, req(s, &fspb.StatRequest{Path: ds})); err == nil {
+		return fmt.Errorf("moving %q to %q: the destination exists; remove it first: %w", ss, ds, sandbox.ErrExist)
 	}
 	if _, err := s.c.FS.Move(ctx, req(s, &fspb.MoveRequest{Source: ss, Destination: ds})); err != nil {
 		return wireError(err)
@@ -387,11 +399,13 @@ func fileInfo(e *fspb.EntryInfo) sandbox.FileInfo {
 	if e.ModifiedTime != nil {
 		fi.ModTime = e.ModifiedTime.AsTime()
 	}
-	switch e.GetType() {
-	case fspb.FileType_FILE_TYPE_DIRECTORY:
-		fi.Type = sandbox.TypeDir
-	case fspb.FileType_FILE_TYPE_SYMLINK:
+	// envd reports a symlink with its target's type; symlink_target is
+	// what marks it.
+	switch {
+	case e.SymlinkTarget != nil || e.GetType() == fspb.FileType_FILE_TYPE_SYMLINK:
 		fi.Type = sandbox.TypeSymlink
+	case e.GetType() == fspb.FileType_FILE_TYPE_DIRECTORY:
+		fi.Type = sandbox.TypeDir
 	default:
 		fi.Type = sandbox.TypeFile
 	}
@@ -652,19 +666,9 @@ func (p *process) CloseStdin(ctx context.Context) error {
 }
 
 func (p *process) Signal(ctx context.Context, sig sandbox.Signal) error {
-	var ps pb.Signal
-	switch sig {
-	case sandbox.SIGKILL:
-		ps = pb.Signal_SIGNAL_SIGKILL
-	case sandbox.SIGTERM:
-		ps = pb.Signal_SIGNAL_SIGTERM
-	case sandbox.SIGINT:
-		if p.hasPTY {
-			return p.Write(ctx, []byte{0x03})
-		}
-		return fmt.Errorf("signal %d: only SIGTERM and SIGKILL can be sent to a process without a PTY: %w", sig, sandbox.ErrInvalid)
-	default:
-		return fmt.Errorf("signal %d: only SIGTERM and SIGKILL are supported: %w", sig, sandbox.ErrInvalid)
+	ps := pb.Signal(sig)
+	if _, ok := pb.Signal_name[int32(ps)]; !ok || ps == pb.Signal_SIGNAL_UNSPECIFIED {
+		return fmt.Errorf("signal %d is not supported: %w", sig, sandbox.ErrInvalid)
 	}
 	_, err := p.s.c.Process.SendSignal(ctx, req(p.s, &pb.SendSignalRequest{Process: p.selector(), Signal: ps}))
 	return wireError(err)

@@ -254,12 +254,17 @@ type ExitStatus struct {
 // Success reports whether the process exited with code 0.
 func (s ExitStatus) Success() bool { return s.Code == 0 && s.Signal == "" && !s.OOM }
 
-// Signal is a signal to send to a process.
+// Signal is a signal to send to a process, numbered as on Linux.
 type Signal int
 
+// The signals every runtime delivers.
 const (
+	SIGHUP  Signal = 1
 	SIGINT  Signal = 2
+	SIGQUIT Signal = 3
 	SIGKILL Signal = 9
+	SIGUSR1 Signal = 10
+	SIGUSR2 Signal = 12
 	SIGTERM Signal = 15
 )
 

@@ -166,7 +166,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 		spec.Root = sandbox.DefaultRoot
 	}
 	root, err := sandbox.ResolvePath("/", spec.Root)
-	if err != nil || root == "/" {
+	if err != nil || root == "/" || !filepath.IsAbs(spec.Root) {
 		return nil, fmt.Errorf("workspace root %q: want an absolute path below /: %w", spec.Root, sandbox.ErrInvalid)
 	}
 	spec.Root = root

@@ -28,11 +28,18 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Signal numbers are Linux's. envd defines SIGKILL and SIGTERM; the others
+// are Cove extensions (old clients never send them).
 type Signal int32
 
 const (
 	Signal_SIGNAL_UNSPECIFIED Signal = 0
+	Signal_SIGNAL_SIGHUP      Signal = 1
+	Signal_SIGNAL_SIGINT      Signal = 2
+	Signal_SIGNAL_SIGQUIT     Signal = 3
 	Signal_SIGNAL_SIGKILL     Signal = 9
+	Signal_SIGNAL_SIGUSR1     Signal = 10
+	Signal_SIGNAL_SIGUSR2     Signal = 12
 	Signal_SIGNAL_SIGTERM     Signal = 15
 )
 
@@ -40,12 +47,22 @@ const (
 var (
 	Signal_name = map[int32]string{
 		0:  "SIGNAL_UNSPECIFIED",
+		1:  "SIGNAL_SIGHUP",
+		2:  "SIGNAL_SIGINT",
+		3:  "SIGNAL_SIGQUIT",
 		9:  "SIGNAL_SIGKILL",
+		10: "SIGNAL_SIGUSR1",
+		12: "SIGNAL_SIGUSR2",
 		15: "SIGNAL_SIGTERM",
 	}
 	Signal_value = map[string]int32{
 		"SIGNAL_UNSPECIFIED": 0,
+		"SIGNAL_SIGHUP":      1,
+		"SIGNAL_SIGINT":      2,
+		"SIGNAL_SIGQUIT":     3,
 		"SIGNAL_SIGKILL":     9,
+		"SIGNAL_SIGUSR1":     10,
+		"SIGNAL_SIGUSR2":     12,
 		"SIGNAL_SIGTERM":     15,
 	}
 )
@@ -1809,10 +1826,16 @@ const file_process_process_proto_rawDesc = "" +
 	"\x03pid\x18\x01 \x01(\rH\x00R\x03pid\x12\x12\n" +
 	"\x03tag\x18\x02 \x01(\tH\x00R\x03tagB\n" +
 	"\n" +
-	"\bselector*H\n" +
+	"\bselector*\xaa\x01\n" +
 	"\x06Signal\x12\x16\n" +
-	"\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rSIGNAL_SIGHUP\x10\x01\x12\x11\n" +
+	"\rSIGNAL_SIGINT\x10\x02\x12\x12\n" +
+	"\x0eSIGNAL_SIGQUIT\x10\x03\x12\x12\n" +
 	"\x0eSIGNAL_SIGKILL\x10\t\x12\x12\n" +
+	"\x0eSIGNAL_SIGUSR1\x10\n" +
+	"\x12\x12\n" +
+	"\x0eSIGNAL_SIGUSR2\x10\f\x12\x12\n" +
 	"\x0eSIGNAL_SIGTERM\x10\x0f2\x91\x04\n" +
 	"\aProcess\x123\n" +
 	"\x04List\x12\x14.process.ListRequest\x1a\x15.process.ListResponse\x12>\n" +

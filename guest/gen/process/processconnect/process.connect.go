@@ -73,7 +73,7 @@ type ProcessClient interface {
 	StreamInput(context.Context) *connect.ClientStreamForClient[process.StreamInputRequest, process.StreamInputResponse]
 	// SendInput writes bytes to stdin or the PTY.
 	SendInput(context.Context, *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error)
-	// SendSignal delivers SIGTERM or SIGKILL to the process group.
+	// SendSignal delivers a signal to the process group.
 	SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error)
 	// CloseStdin signals EOF on stdin (not for PTYs: send 0x04 instead).
 	CloseStdin(context.Context, *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error)
@@ -208,7 +208,7 @@ type ProcessHandler interface {
 	StreamInput(context.Context, *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error)
 	// SendInput writes bytes to stdin or the PTY.
 	SendInput(context.Context, *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error)
-	// SendSignal delivers SIGTERM or SIGKILL to the process group.
+	// SendSignal delivers a signal to the process group.
 	SendSignal(context.Context, *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error)
 	// CloseStdin signals EOF on stdin (not for PTYs: send 0x04 instead).
 	CloseStdin(context.Context, *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error)

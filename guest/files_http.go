@@ -1,0 +1,561 @@
+package guest
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/tarball"
+)
+
+// uploadEntry is one written file in the reply to POST /files, envd's
+// EntryInfo schema.
+type uploadEntry struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"` // always "file"
+}
+
+// download serves GET /files?path=...: the file's bytes, gzip-compressed
+// when the client's Accept-Encoding prefers it (as envd), with Range and
+// conditional requests served uncompressed by http.ServeContent.
+func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if _, err := f.httpOwner(q.Get("username")); err != nil {
+		f.httpError(w, err)
+		return
+	}
+	sp, hp, err := f.srv.resolveCtx(r.Context(), q.Get("path"), true)
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	fi, err := os.Lstat(hp)
+	if err != nil {
+		f.httpError(w, pathError("downloading", sp, err))
+		return
+	}
+	if fi.IsDir() {
+		f.httpError(w, fmt.Errorf("downloading %q: it is a directory; download the files in it one by one, or all of it as a tar with GET /cove/tar?path=...: %w", sp, sandbox.ErrInvalid))
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		f.httpError(w, fmt.Errorf("downloading %q: it is not a regular file (%s): %w", sp, fi.Mode().Type(), sandbox.ErrInvalid))
+		return
+	}
+	// O_NOFOLLOW: resolve has followed every symlink already; one that
+	// appeared since must not lead the open out of the sandbox.
+	fh, err := os.OpenFile(hp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		f.httpError(w, pathError("downloading", sp, err))
+		return
+	}
+	defer fh.Close()
+
+	encoding := "identity"
+	if r.Header.Get("Range") == "" && r.Header.Get("If-Range") == "" &&
+		r.Header.Get("If-Modified-Since") == "" && r.Header.Get("If-None-Match") == "" {
+		encoding = chooseEncoding(r.Header.Get("Accept-Encoding"))
+	} else if !identityAcceptable(r.Header.Get("Accept-Encoding")) {
+		encoding = ""
+	}
+	if encoding == "" {
+		writeJSONError(w, http.StatusNotAcceptable, "no acceptable content encoding: this endpoint sends gzip or identity (identity only for Range and conditional requests)")
+		return
+	}
+
+	name := path.Base(sp)
+	h := w.Header()
+	h.Set("Vary", "Accept-Encoding")
+	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
+	ctype := mime.TypeByExtension(path.Ext(name))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	h.Set("Content-Type", ctype)
+	if encoding == "identity" {
+		http.ServeContent(w, r, name, fi.ModTime(), fh)
+		return
+	}
+	h.Set("Content-Encoding", "gzip")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	gz := gzip.NewWriter(w)
+	if _, err := io.Copy(gz, fh); err != nil {
+		f.srv.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
+		panic(http.ErrAbortHandler) // make the client see a broken stream, not a short file
+	}
+	if err := gz.Close(); err != nil {
+		f.srv.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
+	}
+}
+
+// upload serves POST /files. The body is either application/octet-stream
+// (then ?path= names the file) or multipart/form-data whose "file" parts
+// are written to ?path= or, without it, to the part's filename (which may
+// hold directories; relative names are under the workdir). A request
+// body with Content-Encoding: gzip is decompressed. Cove's ?mode= (octal,
+// such as 0600) sets the files' mode. Each file is streamed
+// to a temporary file in its directory and renamed into place; missing
+// parents are created. The reply is a JSON array of the written entries.
+func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o, err := f.httpOwner(q.Get("username"))
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	opts := writeOptions{owner: o}
+	if m := q.Get("mode"); m != "" {
+		bits, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || bits > 0o7777 {
+			f.httpError(w, fmt.Errorf("mode %q is not an octal file mode such as 0644: %w", m, sandbox.ErrInvalid))
+			return
+		}
+		opts.mode = unixMode(uint32(bits))
+		opts.setMode = true
+	}
+	body, err := requestBody(r)
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	defer body.Close()
+
+	ctx := r.Context()
+	ctype := r.Header.Get("Content-Type")
+	mediaType, params, _ := mime.ParseMediaType(ctype)
+	var entries []uploadEntry
+	switch {
+	case mediaType == "application/octet-stream":
+		if !q.Has("path") {
+			f.httpError(w, fmt.Errorf("the path query parameter is required for an application/octet-stream upload: %w", sandbox.ErrInvalid))
+			return
+		}
+		e, err := f.writeFile(ctx, q.Get("path"), body, opts)
+		if err != nil {
+			f.httpError(w, err)
+			return
+		}
+		entries = append(entries, e)
+	case strings.HasPrefix(mediaType, "multipart/"):
+		if params["boundary"] == "" {
+			f.httpError(w, fmt.Errorf("the multipart Content-Type has no boundary: %w", sandbox.ErrInvalid))
+			return
+		}
+		entries, err = f.uploadParts(ctx, multipart.NewReader(body, params["boundary"]), q, opts)
+		if err != nil {
+			f.httpError(w, err)
+			return
+		}
+	default:
+		f.httpError(w, fmt.Errorf("unsupported Content-Type %q: send multipart/form-data or application/octet-stream: %w", ctype, sandbox.ErrInvalid))
+		return
+	}
+	if entries == nil {
+		entries = []uploadEntry{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	json.NewEncoder(w).Encode(entries)
+}
+
+// uploadParts writes every "file" part of a multipart body; other fields
+// are skipped. As in envd, two parts may not name the same path.
+func (f *fsService) uploadParts(ctx context.Context, mr *multipart.Reader, q map[string][]string, opts writeOptions) ([]uploadEntry, error) {
+	var entries []uploadEntry
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			return entries, nil
+		}
+		if err != nil {
+			return nil, bodyError(err)
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		target, ok := "", false
+		if p := q["path"]; len(p) > 0 {
+			target, ok = p[0], true
+		} else {
+			// The raw filename, not part.FileName(): envd keeps the
+			// directories in it.
+			_, dp, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			if err == nil {
+				target, ok = dp["filename"]
+			}
+		}
+		if !ok || target == "" {
+			part.Close()
+			return nil, fmt.Errorf("a \"file\" part has no filename; name the file in the part's filename or pass ?path=: %w", sandbox.ErrInvalid)
+		}
+		sp, _, err := f.srv.resolveCtx(ctx, target, true)
+		if err != nil {
+			part.Close()
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.Path == sp {
+				part.Close()
+				return nil, fmt.Errorf("two parts of one upload name %q; only the first was written; upload one file per path: %w", sp, sandbox.ErrInvalid)
+			}
+		}
+		e, err := f.writeFile(ctx, target, part, opts)
+		part.Close()
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, e)
+	}
+}
+
+// writeOptions says how uploaded files are written.
+type writeOptions struct {
+	// owner, when set, owns the files and the directories created for
+	// them.
+	owner *owner
+	// mode, when setMode, is the files' mode (Cove's ?mode= extension).
+	mode    fs.FileMode
+	setMode bool
+}
+
+// unixMode converts permission, setuid, setgid and sticky bits as chmod(2)
+// takes them to an fs.FileMode.
+func unixMode(bits uint32) fs.FileMode {
+	m := fs.FileMode(bits & 0o777)
+	if bits&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if bits&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if bits&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
+
+// writeFile streams r into the file p (following a final symlink, as an
+// open would), replacing it atomically. A replaced file keeps its mode
+// and, when the daemon can, its owner; a new one gets 0644; opts can set
+// both.
+func (f *fsService) writeFile(ctx context.Context, p string, r io.Reader, opts writeOptions) (uploadEntry, error) {
+	o := opts.owner
+	sp, hp, err := f.srv.resolveCtx(ctx, p, true)
+	if err != nil {
+		return uploadEntry{}, err
+	}
+	perm := fs.FileMode(0o644)
+	var keep *owner
+	fi, err := os.Lstat(hp)
+	switch {
+	case err == nil && fi.IsDir():
+		return uploadEntry{}, fmt.Errorf("writing %q: it is a directory; name a file path inside it: %w", sp, sandbox.ErrInvalid)
+	case err == nil && !fi.Mode().IsRegular():
+		return uploadEntry{}, fmt.Errorf("writing %q: it exists and is not a regular file (%s); remove it first: %w", sp, fi.Mode().Type(), sandbox.ErrInvalid)
+	case err == nil:
+		perm = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if st, ok := statOwner(fi); ok {
+			keep = &st
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return uploadEntry{}, pathError("writing", sp, err)
+	}
+	if opts.setMode {
+		perm = opts.mode
+	}
+	dir := filepath.Dir(hp)
+	if err := f.mkdirAll(path.Dir(sp), dir, o); err != nil {
+		return uploadEntry{}, err
+	}
+	tmp, err := os.CreateTemp(dir, ".cove-upload-*")
+	if err != nil {
+		return uploadEntry{}, pathError("writing", sp, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, readTagger{r}); err != nil {
+		var re readError
+		if errors.As(err, &re) {
+			return uploadEntry{}, fmt.Errorf("writing %q: %w", sp, bodyError(re.err))
+		}
+		return uploadEntry{}, pathError("writing", sp, err)
+	}
+	switch {
+	case o != nil:
+		err = tmp.Chown(o.uid, o.gid)
+	case keep != nil && os.Geteuid() == 0:
+		err = tmp.Chown(keep.uid, keep.gid)
+	}
+	if err != nil {
+		return uploadEntry{}, pathError("setting the owner of", sp, err)
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		return uploadEntry{}, pathError("setting the mode of", sp, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return uploadEntry{}, pathError("writing", sp, err)
+	}
+	if err := os.Rename(tmp.Name(), hp); err != nil {
+		os.Remove(tmp.Name())
+		done = true
+		return uploadEntry{}, pathError("writing", sp, err)
+	}
+	done = true
+	return uploadEntry{Path: sp, Name: path.Base(sp), Type: "file"}, nil
+}
+
+// tarDownload serves GET /cove/tar?path=DIR: the tree under DIR as a tar
+// stream (members relative to DIR).
+func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
+	sp, hp, err := f.srv.resolveCtx(r.Context(), r.URL.Query().Get("path"), true)
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	fi, err := os.Stat(hp)
+	if err != nil {
+		f.httpError(w, pathError("archiving", sp, err))
+		return
+	}
+	if !fi.IsDir() {
+		f.httpError(w, fmt.Errorf("archiving %q: it is not a directory; download a single file with GET /files: %w", sp, sandbox.ErrInvalid))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": tarName(sp)}))
+	cw := &countWriter{w: w}
+	if err := tarball.Write(r.Context(), cw, hp); err != nil {
+		if cw.n == 0 && r.Context().Err() == nil {
+			f.httpError(w, err)
+			return
+		}
+		f.srv.log.Warn("tar download failed", "path", sp, "error", f.scrub(err))
+		// The status is sent; break the stream so the client cannot take
+		// a truncated archive for a whole one.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// tarUpload serves POST /cove/tar?path=DIR: extracts the tar stream in the
+// body (optionally gzip-encoded) into DIR, creating it. A member that
+// would escape DIR is refused with 400 naming it; members before it may
+// have been written.
+func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o, err := f.httpOwner(q.Get("username"))
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	sp, hp, err := f.srv.resolveCtx(r.Context(), q.Get("path"), true)
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	if fi, err := os.Stat(hp); err == nil && !fi.IsDir() {
+		f.httpError(w, fmt.Errorf("extracting into %q: it is not a directory: %w", sp, sandbox.ErrInvalid))
+		return
+	}
+	if err := f.mkdirAll(sp, hp, o); err != nil {
+		f.httpError(w, err)
+		return
+	}
+	body, err := requestBody(r)
+	if err != nil {
+		f.httpError(w, err)
+		return
+	}
+	defer body.Close()
+	var opts tarball.ExtractOptions
+	if os.Geteuid() == 0 {
+		// As root, keep the archive's owners (a workspace restore) unless
+		// ?username= hands everything to one user.
+		opts.Chown = func(p string, hdr *tar.Header) error {
+			if o != nil {
+				return os.Lchown(p, o.uid, o.gid)
+			}
+			return os.Lchown(p, hdr.Uid, hdr.Gid)
+		}
+	}
+	if err := tarball.Extract(r.Context(), readTagger{body}, hp, opts); err != nil {
+		var re readError
+		if errors.As(err, &re) {
+			err = fmt.Errorf("extracting into %q: %w", sp, bodyError(re.err))
+		}
+		f.httpError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func tarName(sp string) string {
+	if sp == "/" {
+		return "root.tar"
+	}
+	return path.Base(sp) + ".tar"
+}
+
+// httpOwner is who files written for the request's ?username= belong to:
+// nil unless the daemon runs as root (an unprivileged daemon cannot give
+// files away, so the parameter is accepted and ignored). An unknown user
+// is ErrPermission (401, envd's answer).
+func (f *fsService) httpOwner(username string) (*owner, error) {
+	if username == "" || os.Geteuid() != 0 {
+		return nil, nil
+	}
+	o, ok := f.names.user(f.srv, username)
+	if !ok {
+		return nil, fmt.Errorf("user %q does not exist in the sandbox; pass a user from its /etc/passwd: %w", username, sandbox.ErrPermission)
+	}
+	return &o, nil
+}
+
+// httpError writes err in envd's JSON error shape with the status its
+// sentinel calls for; an error with no sentinel is logged and gets an id.
+func (f *fsService) httpError(w http.ResponseWriter, err error) {
+	if !hasSentinel(err) {
+		err = mapOSError(err)
+	}
+	err = f.scrub(err)
+	status := httpStatus(err)
+	if status == http.StatusInternalServerError {
+		err = f.internal(err)
+	}
+	writeJSONError(w, status, err.Error())
+}
+
+// requestBody returns the request body, decompressed when its
+// Content-Encoding is gzip.
+func requestBody(r *http.Request) (io.ReadCloser, error) {
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity":
+		return r.Body, nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return nil, fmt.Errorf("the request body is not valid gzip (Content-Encoding: %s): %v: %w", enc, err, sandbox.ErrInvalid)
+		}
+		return zr, nil
+	}
+	return nil, fmt.Errorf("unsupported Content-Encoding %q: send gzip or an unencoded body: %w", enc, sandbox.ErrInvalid)
+}
+
+// readTagger marks errors that come from reading the request, so they are
+// told apart from errors writing the disk.
+type readTagger struct{ r io.Reader }
+
+type readError struct{ err error }
+
+func (e readError) Error() string { return e.err.Error() }
+func (e readError) Unwrap() error { return e.err }
+
+func (t readTagger) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = readError{err}
+	}
+	return n, err
+}
+
+// bodyError explains a failure to read the request body: the client's
+// fault, not the sandbox's.
+func bodyError(err error) error {
+	return fmt.Errorf("reading the request body: %v; resend the request: %w", err, sandbox.ErrInvalid)
+}
+
+// chooseEncoding picks the response encoding for an Accept-Encoding
+// header as envd does: gzip when the client lists it with a quality at
+// least identity's, else identity unless refused ("identity;q=0", or
+// "*;q=0" without identity), else gzip if "*" allows it; "" when nothing
+// is acceptable.
+func chooseEncoding(header string) string {
+	if strings.TrimSpace(header) == "" {
+		return "identity"
+	}
+	gzipQ, identityQ, starQ := parseAcceptEncoding(header)
+	if gzipQ > 0 && (identityQ < 0 || gzipQ >= identityQ) {
+		return "gzip"
+	}
+	if identityAcceptable(header) {
+		return "identity"
+	}
+	if starQ > 0 {
+		return "gzip"
+	}
+	return ""
+}
+
+// identityAcceptable reports whether an Accept-Encoding header allows an
+// unencoded response (RFC 9110 12.5.3).
+func identityAcceptable(header string) bool {
+	_, identityQ, starQ := parseAcceptEncoding(header)
+	if identityQ >= 0 {
+		return identityQ > 0
+	}
+	return starQ != 0
+}
+
+// parseAcceptEncoding returns the qualities of gzip, identity and "*" in
+// an Accept-Encoding header, -1 for those not listed.
+func parseAcceptEncoding(header string) (gzipQ, identityQ, starQ float64) {
+	gzipQ, identityQ, starQ = -1, -1, -1
+	for item := range strings.SplitSeq(header, ",") {
+		name, params, _ := strings.Cut(item, ";")
+		q := 1.0
+		for param := range strings.SplitSeq(params, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
+			if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+				if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					q = x
+				}
+			}
+		}
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "gzip", "x-gzip":
+			gzipQ = q
+		case "identity":
+			identityQ = q
+		case "*":
+			starQ = q
+		}
+	}
+	return gzipQ, identityQ, starQ
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

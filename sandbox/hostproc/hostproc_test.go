@@ -1,0 +1,235 @@
+package hostproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+)
+
+// The test binary doubles as the daemon: the runtime re-executes it with
+// guestEnv set, and TestMain runs guest.Main instead of the tests.
+const guestEnv = "COVE_TEST_AS_GUEST=1"
+
+func TestMain(m *testing.M) {
+	if os.Getenv("COVE_TEST_AS_GUEST") == "1" {
+		if err := guest.Main(context.Background(), os.Args[1:], os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if port := os.Getenv("COVE_TEST_ECHO_PORT"); port != "" {
+		echoServer(port)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// echoServer is what the conformance suite's Listen hook runs inside a
+// sandbox: a TCP echo server on the sandbox's loopback.
+func echoServer(port string) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("listening")
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() { io.Copy(c, c); c.Close() }()
+	}
+}
+
+func TestConformance(t *testing.T) {
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, sandboxtest.Options{
+		Listen: func(t *testing.T, s sandbox.Session, port int) func() {
+			exe, _ := os.Executable()
+			out := &lineWaiter{ch: make(chan struct{})}
+			p, err := s.Start(context.Background(), sandbox.ExecRequest{
+				Cmd: exe, Env: map[string]string{"COVE_TEST_ECHO_PORT": strconv.Itoa(port)}, Stdout: out,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-out.ch:
+			case <-time.After(10 * time.Second):
+				t.Fatal("echo server did not start")
+			}
+			return func() { p.Signal(context.Background(), sandbox.SIGKILL) }
+		},
+	})
+}
+
+// lineWaiter closes ch at the first write.
+type lineWaiter struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *lineWaiter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ch) })
+	return len(p), nil
+}
+
+func newRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Unix socket paths are short: keep the state dir near /tmp.
+	dir, err := os.MkdirTemp("", "hp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		infos, _ := rt.List(context.Background())
+		for _, info := range infos {
+			rt.Delete(context.Background(), info.ID)
+		}
+		os.RemoveAll(dir)
+	})
+	return rt
+}
+
+// TestZombiesReaped: an orphaned grandchild is adopted and reaped by the
+// daemon (a child subreaper here, pid 1 in a sandbox), not left a zombie.
+func TestZombiesReaped(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.load(s.ID())
+	// The shell exits at once; its backgrounded children become orphans
+	// and exit shortly after.
+	res, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "for i in 1 2 3 4 5; do (sleep 0.2 &) ; done; exit 0"}})
+	if err != nil || res.Code != 0 {
+		t.Fatalf("exec: %v %v", res, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		zombies, adopted := childrenOf(st.PID)
+		if zombies == 0 && adopted == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon %d still has %d zombie and %d live adopted children after 10s", st.PID, zombies, adopted)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// childrenOf counts the zombie and live "sleep" children of pid.
+func childrenOf(pid int) (zombies, sleeping int) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if f[0] == "Z" {
+			zombies++
+		} else if strings.Contains(s[:i], "(sleep") {
+			sleeping++
+		}
+	}
+	return
+}
+
+// TestDaemonKilled: a killed daemon leaves the sandbox stopped with its
+// files; resuming brings it back, and calls in between get ErrState.
+func TestDaemonKilled(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteFile(ctx, "keep.txt", strings.NewReader("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.load(s.ID())
+	syscall.Kill(st.PID, syscall.SIGKILL)
+	for i := 0; i < 200 && alive(st.PID); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.State != sandbox.StateStopped {
+		t.Fatalf("after the daemon died: state %q (%v), want stopped", info.State, err)
+	}
+	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"}); !errors.Is(err, sandbox.ErrState) {
+		t.Errorf("exec in a dead sandbox: %v, want ErrState", err)
+	}
+	s2, err := rt.Resume(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s2.ReadFile(ctx, "keep.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	buf := make([]byte, 16)
+	n, _ := rc.Read(buf)
+	if string(buf[:n]) != "kept" {
+		t.Errorf("after resume read %q, want %q", buf[:n], "kept")
+	}
+}
+
+// TestSecretsStayOut: the caller's environment does not reach sandbox
+// processes.
+func TestSecretsStayOut(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-must-not-leak")
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{Env: map[string]string{"VISIBLE": "yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "env", Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "sk-must-not-leak") || strings.Contains(out.String(), guest.TokenEnv) {
+		t.Errorf("sandbox environment leaks the host's: %s", out.String())
+	}
+	if !strings.Contains(out.String(), "VISIBLE=yes") {
+		t.Errorf("spec env missing from %s", out.String())
+	}
+}

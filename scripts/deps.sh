@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing Cove needs on a fresh Debian 12
+# machine. Idempotent: it only installs what is missing.
+set -euo pipefail
+
+need=()
+command -v git >/dev/null || need+=(git)
+command -v stty >/dev/null || need+=(coreutils)
+command -v make >/dev/null || need+=(make)
+[ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+if ((${#need[@]})); then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
+		exit 1
+	fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+	export PATH=/usr/local/go/bin:$PATH
+fi
+command -v go >/dev/null || { echo "deps: Go 1.26 is required (expected at /usr/local/go)" >&2; exit 1; }
+go mod download
