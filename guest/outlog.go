@@ -153,6 +153,12 @@ func (l *outLog) read(c *cursor) (evs []logEvent, done bool, changed <-chan stru
 func (l *outLog) consume(c *cursor, n int) {
 	l.mu.Lock()
 	c.next += uint64(n)
+	if _, attached := l.cursors[c]; !attached {
+		// Detached while these were in flight: they may not have reached
+		// anyone, so the next client gets them too.
+		l.mu.Unlock()
+		return
+	}
 	if c.next > l.sent {
 		l.sent = c.next
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,12 +66,25 @@ type processManager struct {
 	running  map[int]*proc
 	tags     map[string]*proc
 	finished []*proc
+	streams  map[string]*attachedStream // by StreamHeader id
+}
+
+// StreamHeader, a Cove extension, names a Start or Connect stream so the
+// client can detach it with POST /cove/detach?stream=ID and know, when
+// that returns, that later output waits for the next client. Cancelling a
+// stream alone races with output already in flight.
+const StreamHeader = "X-Cove-Stream"
+
+type attachedStream struct {
+	log    *outLog
+	cursor *cursor
+	cancel context.CancelFunc
 }
 
 var _ processconnect.ProcessHandler = (*processManager)(nil)
 
 func newProcessManager(s *Server) *processManager {
-	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}}
+	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
 	if s.cfg.Reap {
 		m.reaper = startReaper()
 	}
@@ -139,6 +153,7 @@ func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.Star
 		p.log.detach(c)
 		return err
 	}
+	ctx = m.register(ctx, req.Header().Get(StreamHeader), p, c)
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) })
 }
 
@@ -152,7 +167,42 @@ func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.Co
 		p.log.detach(c)
 		return err
 	}
+	ctx = m.register(ctx, req.Header().Get(StreamHeader), p, c)
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
+}
+
+// register records a named stream so detachStream can end it; the
+// returned context ends with the stream.
+func (m *processManager) register(ctx context.Context, id string, p *proc, c *cursor) context.Context {
+	if id == "" || len(id) > 128 {
+		return ctx
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	m.mu.Lock()
+	m.streams[id] = &attachedStream{log: p.log, cursor: c, cancel: cancel}
+	m.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		delete(m.streams, id)
+		m.mu.Unlock()
+	})
+	return ctx
+}
+
+// detachStream serves POST /cove/detach?stream=ID: the stream stops
+// taking output before this returns. An unknown id is not an error: the
+// stream has already ended.
+func (m *processManager) detachStream(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("stream")
+	m.mu.Lock()
+	st := m.streams[id]
+	delete(m.streams, id)
+	m.mu.Unlock()
+	if st != nil {
+		st.log.detach(st.cursor)
+		st.cancel()
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // stream sends a process's output from cursor c, keepalives while it is
@@ -627,13 +677,12 @@ func (m *processManager) closeAll() {
 	}
 }
 
-// oomKills reads how many processes the out-of-memory killer has ended in
-// the daemon's cgroup (v2 memory.events or v1 memory.oom_control); -1 if
-// unknown. A rise across a SIGKILL means the kill was the OOM killer's.
-func oomKills() int64 {
+// oomFile is the cgroup file whose oom_kill counter covers the daemon's
+// processes: v2 memory.events or v1 memory.oom_control, found once.
+var oomFile = sync.OnceValue(func() string {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return -1
+		return ""
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -649,11 +698,28 @@ func oomKills() int64 {
 		default:
 			continue
 		}
-		if n, ok := readCounter(file, "oom_kill"); ok {
-			return n
+		if _, ok := readCounter(file, "oom_kill"); ok {
+			return file
 		}
 	}
-	return -1
+	return ""
+})
+
+// oomKills reads how many processes the out-of-memory killer has ended in
+// the daemon's cgroup; -1 if unknown. A rise across a SIGKILL means the
+// kill was the OOM killer's. (Concurrent processes in one sandbox share
+// the counter, so a SIGKILL that coincides with another's OOM kill can be
+// misreported; a sandbox's processes share its memory limit anyway.)
+func oomKills() int64 {
+	f := oomFile()
+	if f == "" {
+		return -1
+	}
+	n, ok := readCounter(f, "oom_kill")
+	if !ok {
+		return -1
+	}
+	return n
 }
 
 func readCounter(file, key string) (int64, bool) {

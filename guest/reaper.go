@@ -2,7 +2,6 @@ package guest
 
 import (
 	"os"
-	"os/signal"
 	"sync"
 	"syscall"
 
@@ -22,6 +21,8 @@ type exitInfo struct {
 // their waiters. Because it reaps every child, nothing else in the process
 // may wait for children: it is only enabled for the real daemon (Config.Reap).
 type reaper struct {
+	kick chan struct{} // wakes the loop when a child may exist again
+
 	// mu guards waiters and early.
 	mu      sync.Mutex
 	waiters map[int]chan exitInfo
@@ -29,28 +30,32 @@ type reaper struct {
 }
 
 func startReaper() *reaper {
-	r := &reaper{waiters: map[int]chan exitInfo{}, early: map[int]exitInfo{}}
+	r := &reaper{kick: make(chan struct{}, 1), waiters: map[int]chan exitInfo{}, early: map[int]exitInfo{}}
 	if os.Getpid() != 1 {
 		// Orphans of sandbox processes come to us rather than to the
 		// host's init.
 		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
-	ch := make(chan os.Signal, 16)
-	signal.Notify(ch, syscall.SIGCHLD)
-	go func() {
-		for range ch {
-			r.reapAll()
-		}
-	}()
+	go r.loop()
 	return r
 }
 
-func (r *reaper) reapAll() {
+// loop blocks in wait4 for any child. A blocking wait wakes the moment a
+// child ends, without the detour through SIGCHLD and the runtime's signal
+// goroutine, which matters for exec round-trip latency.
+func (r *reaper) loop() {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.ECHILD:
+			<-r.kick
+			continue
+		case err != nil || pid <= 0:
+			<-r.kick
+			continue
 		}
 		r.mu.Lock()
 		if ch, ok := r.waiters[pid]; ok {
@@ -82,7 +87,10 @@ func (r *reaper) start(startFn func() (int, error)) (<-chan exitInfo, int, error
 	}
 	// Statuses in early for other pids are orphans': drop them.
 	clear(r.early)
-	go r.reapAll() // a SIGCHLD may have come while we held the lock
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
 	return ch, pid, nil
 }
 

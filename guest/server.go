@@ -115,6 +115,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /files", s.requireToken(http.HandlerFunc(s.fs.upload)))
 	mux.Handle("GET /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarDownload)))
 	mux.Handle("POST /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarUpload)))
+	mux.Handle("POST /cove/detach", s.requireToken(http.HandlerFunc(s.procs.detachStream)))
 	mux.Handle("GET /cove/port/{port}", s.requireToken(http.HandlerFunc(s.tunnel)))
 	return withConfine(mux)
 }

@@ -3,6 +3,8 @@ package guest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -151,12 +153,16 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 		stop := context.AfterFunc(streamCtx, cancel)
 		_ = stop
 	}
-	stream, err := s.c.Process.Start(sctx, req(s, pr))
+	sreq := req(s, pr)
+	streamID := newStreamID()
+	sreq.Header().Set(StreamHeader, streamID)
+	stream, err := s.c.Process.Start(sctx, sreq)
 	if err != nil {
 		cancel()
 		return nil, wireError(err)
 	}
 	p := newProcess(s, r.Tag, r.PTY != nil, r.Stdout, r.Stderr, cancel)
+	p.streamID = streamID
 	pid, err := p.run(ctx, func() (bool, *pb.ProcessEvent, error) {
 		if !stream.Receive() {
 			return false, nil, stream.Err()
@@ -423,6 +429,7 @@ type process struct {
 	// mu guards the fields below.
 	mu       sync.Mutex
 	pid      int
+	streamID string             // the current stream's StreamHeader id
 	cancel   context.CancelFunc // ends the current stream
 	detached bool
 	status   *sandbox.ExitStatus
@@ -533,13 +540,17 @@ func (p *process) connect(ctx context.Context) error {
 		sel.Selector = &pb.ProcessSelector_Pid{Pid: uint32(p.PID())}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	stream, err := p.s.c.Process.Connect(sctx, req(p.s, &pb.ConnectRequest{Process: sel}))
+	creq := req(p.s, &pb.ConnectRequest{Process: sel})
+	streamID := newStreamID()
+	creq.Header().Set(StreamHeader, streamID)
+	stream, err := p.s.c.Process.Connect(sctx, creq)
 	if err != nil {
 		cancel()
 		return wireError(err)
 	}
 	p.mu.Lock()
 	p.cancel = cancel
+	p.streamID = streamID
 	p.detached = false
 	p.mu.Unlock()
 	_, err = p.run(ctx, func() (bool, *pb.ProcessEvent, error) {
@@ -687,10 +698,31 @@ func (p *process) Resize(ctx context.Context, size sandbox.PTYSize) error {
 func (p *process) Detach() error {
 	p.mu.Lock()
 	p.detached = true
-	cancel := p.cancel
+	cancel, id := p.cancel, p.streamID
 	p.mu.Unlock()
+	var err error
+	if id != "" {
+		// Detach on the daemon first, so output from now on waits for the
+		// next Attach instead of racing into this closing stream.
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		var resp *http.Response
+		resp, err = p.s.c.do(ctx, http.MethodPost, "/cove/detach", url.Values{"stream": {id}}, nil, nil)
+		stop()
+		if err == nil {
+			resp.Body.Close()
+		}
+	}
 	if cancel != nil {
 		cancel()
 	}
+	if err != nil {
+		return fmt.Errorf("detaching from process %d: %w", p.PID(), err)
+	}
 	return nil
+}
+
+func newStreamID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
