@@ -166,6 +166,14 @@ func (l *outLog) consume(c *cursor, n int) {
 	l.mu.Unlock()
 }
 
+// droppedBytes reports how much output nobody received because it was
+// evicted while no client was attached.
+func (l *outLog) droppedBytes() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
+
 // retained reports the bytes currently held, for tests and metrics.
 func (l *outLog) retained() int {
 	l.mu.Lock()

@@ -427,6 +427,10 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		}
 		pumps.Wait()
 		end := endEvent(info, oomBefore)
+		if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
+			msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.srv.cfg.OutputBuffer)
+			end.Error = &msg
+		}
 		p.mu.Lock()
 		p.end = end
 		if p.stdin != nil {

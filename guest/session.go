@@ -154,6 +154,10 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 		_ = stop
 	}
 	sreq := req(s, pr)
+	if r.User != "" {
+		// envd names the user of a request in a Basic authorization header.
+		sreq.Header().Set("Authorization", "Basic "+basicUser(r.User))
+	}
 	streamID := newStreamID()
 	sreq.Header().Set(StreamHeader, streamID)
 	stream, err := s.c.Process.Start(sctx, sreq)
@@ -520,10 +524,15 @@ func (p *process) reconnect() error {
 	backoff := 50 * time.Millisecond
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := p.connect(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// A sandbox that was stopped has ended its processes: no point
+		// in waiting for a daemon that will not come back by itself.
+		err := p.s.check(ctx)
+		if err == nil {
+			err = p.connect(ctx)
+		}
 		cancel()
-		if err == nil || errors.Is(err, sandbox.ErrNotFound) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrState) || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(backoff)

@@ -122,10 +122,12 @@ type Runtime interface {
 	Delete(ctx context.Context, id string) error
 }
 
-// Session operates inside one sandbox. Paths are absolute inside the
-// sandbox or relative to the workspace root; every path is confined to the
-// sandbox: one that escapes it (through "..", a symlink, a NUL byte) gets
-// ErrInvalid and nothing is changed. Calls on a stopped sandbox get
+// Session operates inside one sandbox. File paths are absolute inside the
+// sandbox or relative to the workspace root, and every one is confined to
+// the workspace: a path that leads out of it (through "..", a symlink, an
+// absolute path elsewhere, a NUL byte, an over-long name) gets ErrInvalid
+// and nothing is changed. Commands are not confined this way: they run as
+// the sandbox's user with whatever the runtime's isolation allows. Calls on a stopped sandbox get
 // ErrState. Implementations must be safe for concurrent use.
 type Session interface {
 	// ID is the sandbox id.
@@ -177,9 +179,11 @@ type Session interface {
 	// relative to the workspace root) to w.
 	SnapshotWorkspace(ctx context.Context, w io.Writer) error
 	// RestoreWorkspace extracts a tar stream into the workspace. Absolute
-	// names, "..", device nodes, and links that point out of the
-	// workspace are refused with ErrInvalid naming the member; members
-	// before the bad one may have been written.
+	// names, "..", device nodes, fifos, and links that point out of the
+	// workspace (absolute symlink targets included: a restored workspace
+	// must not depend on the host it came from) are refused with
+	// ErrInvalid naming the member; members before the bad one may have
+	// been written.
 	RestoreWorkspace(ctx context.Context, r io.Reader) error
 
 	// DialPort connects to a TCP port listening inside the sandbox (on its

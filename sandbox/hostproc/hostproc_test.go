@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
@@ -59,6 +60,9 @@ func echoServer(port string) {
 
 func TestConformance(t *testing.T) {
 	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, sandboxtest.Options{
+		// No mount namespace here: processes see the sandbox root at its
+		// host path.
+		HostPaths: true,
 		Listen: func(t *testing.T, s sandbox.Session, port int) func() {
 			exe, _ := os.Executable()
 			out := &lineWaiter{ch: make(chan struct{})}
@@ -232,4 +236,147 @@ func TestSecretsStayOut(t *testing.T) {
 	if !strings.Contains(out.String(), "VISIBLE=yes") {
 		t.Errorf("spec env missing from %s", out.String())
 	}
+}
+
+// TestManifestApply materializes a manifest in a real sandbox through its
+// daemon and checks the workspace from inside with commands.
+func TestManifestApply(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	host := t.TempDir()
+	os.MkdirAll(filepath.Join(host, "src/pkg"), 0o755)
+	os.WriteFile(filepath.Join(host, "src/pkg/main.py"), []byte("print('hi')\n"), 0o644)
+	m, err := manifest.Parse([]byte(`{
+		"root": "/workspace",
+		"entries": {
+			"README.md": {"type": "file", "content": "# project\n"},
+			"bin/blob": {"type": "file", "content": "AAEC/w==", "encoding": "base64"},
+			"docs": {"type": "dir", "children": {"a.txt": {"type": "file", "content": "a"}}},
+			"code": {"type": "local_dir", "src": "src"}
+		},
+		"environment": {"value": {"MODE": "test"}}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rt.Create(ctx, sandbox.Spec{Root: m.RootDir(), Env: m.Env()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := manifest.Apply(ctx, m, s, manifest.ApplyOptions{BaseDir: host}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "cat README.md docs/a.txt code/pkg/main.py; od -An -tx1 bin/blob; echo $MODE"}, Stdout: &out, Stderr: &out})
+	if err != nil || st.Code != 0 {
+		t.Fatalf("exec: %v %v: %s", st, err, out.String())
+	}
+	want := "# project\na" + "print('hi')\n" + " 00 01 02 ff\n" + "test\n"
+	if out.String() != want {
+		t.Errorf("workspace as seen inside:\n%q\nwant\n%q", out.String(), want)
+	}
+}
+
+// TestClientReconnects: a session made before its daemon restarted keeps
+// working afterwards (the client redials).
+func TestClientReconnects(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Stop(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Resume(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"again"}, Stdout: &out}); err != nil {
+		t.Fatalf("exec through the old session after a daemon restart: %v", err)
+	}
+	if out.String() != "again\n" {
+		t.Errorf("got %q", out.String())
+	}
+}
+
+// TestOOMReported puts a sandbox's daemon in a memory cgroup with a small
+// limit and runs a process that needs more: it is killed inside the
+// sandbox only, and the caller is told it was the OOM killer.
+func TestOOMReported(t *testing.T) {
+	cg, err := memoryCgroup(t, 64<<20)
+	if err != nil {
+		t.Skipf("cannot make a memory cgroup here (needs root and a memory controller): %v", err)
+	}
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.load(s.ID())
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(st.PID)), 0o644); err != nil {
+		t.Skipf("cannot move the daemon into the cgroup: %v", err)
+	}
+	// The shell holds 200 MB of command output in a variable.
+	res, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", `x=$(head -c 200000000 /dev/zero | tr '\000' a); echo survived`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OOM || res.Signal != "killed" || res.Success() {
+		t.Errorf("exit status %+v, want OOM killed", res)
+	}
+	// The daemon survived and still works.
+	var out strings.Builder
+	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"alive"}, Stdout: &out}); err != nil || out.String() != "alive\n" {
+		t.Errorf("after the OOM kill: %q, %v", out.String(), err)
+	}
+	// A plain SIGKILL is not reported as OOM.
+	res, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "kill -9 $$"}})
+	if err != nil || res.OOM || res.Signal != "killed" {
+		t.Errorf("plain SIGKILL: %+v %v, want killed and not OOM", res, err)
+	}
+}
+
+// memoryCgroup makes a child of this process's memory cgroup (v1 or v2)
+// with a limit, removed at the end of the test.
+func memoryCgroup(t *testing.T, limit int64) (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("cove-oom-test-%d", os.Getpid())
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var dir, limitFile string
+		switch {
+		case strings.Contains(","+parts[1]+",", ",memory,"):
+			dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes"
+		case parts[0] == "0" && parts[1] == "":
+			dir, limitFile = filepath.Join("/sys/fs/cgroup", parts[2], name), "memory.max"
+		default:
+			continue
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			continue
+		}
+		t.Cleanup(func() {
+			// Processes must leave before the cgroup can go.
+			for i := 0; i < 100 && syscall.Rmdir(dir) == syscall.EBUSY; i++ {
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+			return "", err
+		}
+		return dir, nil
+	}
+	return "", errors.New("no writable memory cgroup")
 }
