@@ -78,6 +78,15 @@ func (s *Session) path(p string) (string, error) {
 	return sandbox.ResolvePath(s.opts.Root, p)
 }
 
+// prep runs the session's state check and confines p to the workspace:
+// the start of every file operation.
+func (s *Session) prep(ctx context.Context, p string) (string, error) {
+	if err := s.check(ctx); err != nil {
+		return "", err
+	}
+	return s.path(p)
+}
+
 // rpcHeader marks a request as confined to the workspace so the daemon
 // refuses symlinks that lead out of it, not only out of the sandbox.
 func (s *Session) confine(h http.Header) { h.Set(ConfineHeader, s.opts.Root) }
@@ -215,10 +224,7 @@ func (s *Session) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) 
 }
 
 func (s *Session) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	sp, err := s.path(p)
+	sp, err := s.prep(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -230,10 +236,7 @@ func (s *Session) ReadFile(ctx context.Context, p string) (io.ReadCloser, error)
 }
 
 func (s *Session) WriteFile(ctx context.Context, p string, r io.Reader, perm uint32) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	sp, err := s.path(p)
+	sp, err := s.prep(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -255,10 +258,7 @@ func (s *Session) WriteFile(ctx context.Context, p string, r io.Reader, perm uin
 }
 
 func (s *Session) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
-	if err := s.check(ctx); err != nil {
-		return sandbox.FileInfo{}, err
-	}
-	sp, err := s.path(p)
+	sp, err := s.prep(ctx, p)
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}
@@ -270,10 +270,7 @@ func (s *Session) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) 
 }
 
 func (s *Session) List(ctx context.Context, p string, depth int) ([]sandbox.FileInfo, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	sp, err := s.path(p)
+	sp, err := s.prep(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -292,10 +289,7 @@ func (s *Session) List(ctx context.Context, p string, depth int) ([]sandbox.File
 }
 
 func (s *Session) Mkdir(ctx context.Context, p string) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	sp, err := s.path(p)
+	sp, err := s.prep(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -319,10 +313,7 @@ func (s *Session) Mkdir(ctx context.Context, p string) error {
 }
 
 func (s *Session) Remove(ctx context.Context, p string) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	sp, err := s.path(p)
+	sp, err := s.prep(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -341,10 +332,7 @@ func (s *Session) Remove(ctx context.Context, p string) error {
 }
 
 func (s *Session) Move(ctx context.Context, src, dst string) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	ss, err := s.path(src)
+	ss, err := s.prep(ctx, src)
 	if err != nil {
 		return err
 	}
