@@ -67,6 +67,10 @@ type processManager struct {
 	tags     map[string]*proc
 	finished []*proc
 	streams  map[string]*attachedStream // by StreamHeader id
+
+	// oomMu guards oomSeen, the last OOM-kill count read per cgroup file.
+	oomMu   sync.Mutex
+	oomSeen map[string]int64
 }
 
 // StreamHeader, a Cove extension, names a Start or Connect stream so the
@@ -87,6 +91,10 @@ func newProcessManager(s *Server) *processManager {
 	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
 	if s.cfg.Reap {
 		m.reaper = startReaper()
+	}
+	m.oomSeen = map[string]int64{}
+	if f, n := oomKills(); n >= 0 {
+		m.oomSeen[f] = n
 	}
 	return m
 }
@@ -369,7 +377,6 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		}
 	}
 
-	oomBefore := oomKills()
 	startFn := func() (int, error) {
 		if err := cmd.Start(); err != nil {
 			return 0, err
@@ -426,7 +433,7 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 			go func() { time.Sleep(100 * time.Millisecond); p.pty.Close() }()
 		}
 		pumps.Wait()
-		end := endEvent(info, oomBefore)
+		end := endEvent(info, m.oomKilled)
 		if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
 			msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.srv.cfg.OutputBuffer)
 			end.Error = &msg
@@ -462,8 +469,24 @@ func (m *processManager) pruneLocked() {
 	m.finished = append([]*proc(nil), m.finished[cut:]...)
 }
 
+// oomKilled reports whether the out-of-memory killer has killed anything
+// since it was last asked: its cgroup counter rose. It is asked only when
+// a process died of SIGKILL, so the counter is not read on every start.
+func (m *processManager) oomKilled() bool {
+	f, n := oomKills()
+	if n < 0 {
+		return false
+	}
+	m.oomMu.Lock()
+	defer m.oomMu.Unlock()
+	// A cgroup not seen before counts from zero: sandboxes get fresh ones.
+	rose := n > m.oomSeen[f]
+	m.oomSeen[f] = n
+	return rose
+}
+
 // endEvent describes how a process ended, in envd's terms.
-func endEvent(info exitInfo, oomBefore int64) *pb.ProcessEvent_EndEvent {
+func endEvent(info exitInfo, oomKilled func() bool) *pb.ProcessEvent_EndEvent {
 	ws := info.status
 	end := &pb.ProcessEvent_EndEvent{}
 	switch {
@@ -479,7 +502,7 @@ func endEvent(info exitInfo, oomBefore int64) *pb.ProcessEvent_EndEvent {
 	case ws.Signaled():
 		end.ExitCode = -1
 		end.Status = "signal: " + ws.Signal().String()
-		if ws.Signal() == syscall.SIGKILL && oomKills() > oomBefore {
+		if ws.Signal() == syscall.SIGKILL && oomKilled() {
 			end.Status = "oom: killed"
 			msg := "the process was killed by the out-of-memory killer: it used more memory than the sandbox's limit"
 			end.Error = &msg
@@ -682,8 +705,10 @@ func (m *processManager) closeAll() {
 }
 
 // oomFile is the cgroup file whose oom_kill counter covers the daemon's
-// processes: v2 memory.events or v1 memory.oom_control, found once.
-var oomFile = sync.OnceValue(func() string {
+// processes: v2 memory.events or v1 memory.oom_control. It is looked up
+// each time (only after a SIGKILL) since the daemon may be moved into its
+// sandbox's cgroup after it starts.
+func oomFile() string {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return ""
@@ -707,23 +732,24 @@ var oomFile = sync.OnceValue(func() string {
 		}
 	}
 	return ""
-})
+}
 
 // oomKills reads how many processes the out-of-memory killer has ended in
-// the daemon's cgroup; -1 if unknown. A rise across a SIGKILL means the
-// kill was the OOM killer's. (Concurrent processes in one sandbox share
-// the counter, so a SIGKILL that coincides with another's OOM kill can be
-// misreported; a sandbox's processes share its memory limit anyway.)
-func oomKills() int64 {
+// the daemon's cgroup; -1 if unknown. A rise by the time a process died of
+// SIGKILL means the kill was the OOM killer's. (The sandbox's processes
+// share the counter, so an OOM kill of a grandchild can be attributed to
+// a process that was SIGKILLed at the same moment; they share the memory
+// limit anyway.)
+func oomKills() (file string, n int64) {
 	f := oomFile()
 	if f == "" {
-		return -1
+		return "", -1
 	}
 	n, ok := readCounter(f, "oom_kill")
 	if !ok {
-		return -1
+		return "", -1
 	}
-	return n
+	return f, n
 }
 
 func readCounter(file, key string) (int64, bool) {
