@@ -51,6 +51,17 @@ type Runtime struct {
 	// mu serializes lifecycle changes and guards timers.
 	mu     sync.Mutex
 	timers map[string]*time.Timer
+
+	// cacheMu guards cache: parsed state files by id, reused while the
+	// file is unchanged, so the state check before every call stays cheap.
+	cacheMu sync.Mutex
+	cache   map[string]cachedState
+}
+
+type cachedState struct {
+	mod  time.Time
+	size int64
+	st   state
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -73,7 +84,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{cfg: cfg, log: cfg.Logger, timers: map[string]*time.Timer{}}, nil
+	return &Runtime{cfg: cfg, log: cfg.Logger, timers: map[string]*time.Timer{}, cache: map[string]cachedState{}}, nil
 }
 
 // state is what the runtime stores per sandbox.
@@ -104,16 +115,9 @@ func (r *Runtime) load(id string) (*state, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
-	data, err := os.ReadFile(r.statePath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
-	}
+	st, err := r.readState(id)
 	if err != nil {
-		return nil, fmt.Errorf("reading sandbox %q: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("reading sandbox %q: corrupt state: %w", id, err)
+		return nil, err
 	}
 	// A daemon that died (host reboot, kill) leaves the sandbox stopped.
 	if st.Info.State == sandbox.StateRunning && !alive(st.PID) {
@@ -121,6 +125,39 @@ func (r *Runtime) load(id string) (*state, error) {
 		st.PID = 0
 	}
 	return &st, nil
+}
+
+// readState parses a sandbox's state file, or reuses the last parse while
+// the file is unchanged.
+func (r *Runtime) readState(id string) (state, error) {
+	fi, err := os.Stat(r.statePath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return state{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("reading sandbox %q: %w", id, err)
+	}
+	r.cacheMu.Lock()
+	c, ok := r.cache[id]
+	r.cacheMu.Unlock()
+	if ok && c.mod.Equal(fi.ModTime()) && c.size == fi.Size() {
+		return c.st, nil
+	}
+	data, err := os.ReadFile(r.statePath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return state{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("reading sandbox %q: %w", id, err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return state{}, fmt.Errorf("reading sandbox %q: corrupt state: %w", id, err)
+	}
+	r.cacheMu.Lock()
+	r.cache[id] = cachedState{mod: fi.ModTime(), size: fi.Size(), st: st}
+	r.cacheMu.Unlock()
+	return st, nil
 }
 
 func (r *Runtime) save(st *state) error {
