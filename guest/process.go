@@ -221,6 +221,11 @@ func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send fu
 	keep := time.NewTicker(m.srv.cfg.KeepAlive)
 	defer keep.Stop()
 	for {
+		if err := ctx.Err(); err != nil {
+			// The client left: what it has not been sent stays for the
+			// next one.
+			return err
+		}
 		evs, done, changed := p.log.read(c)
 		if len(evs) > maxBatch {
 			evs = evs[:maxBatch]
@@ -229,9 +234,16 @@ func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send fu
 			if err := send(dataEvent(ev)); err != nil {
 				return err
 			}
+			if err := ctx.Err(); err != nil {
+				// Gone while this was in flight: it may not have arrived,
+				// so the next client gets it again (at least once rather
+				// than lost). Cove clients detach explicitly and never
+				// see this.
+				return err
+			}
+			p.log.consume(c, 1)
 		}
 		if len(evs) > 0 {
-			p.log.consume(c, len(evs))
 			keep.Reset(m.srv.cfg.KeepAlive)
 			continue
 		}
@@ -445,7 +457,6 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 			p.stdin = nil
 		}
 		p.mu.Unlock()
-		p.log.close()
 		m.mu.Lock()
 		delete(m.running, pid)
 		if tag != "" && m.tags[tag] == p {
@@ -455,7 +466,10 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		m.finished = append(m.finished, p)
 		m.pruneLocked()
 		m.mu.Unlock()
+		// exited before the log closes: a stream that sees the log done
+		// sends the end at once instead of waiting on exited.
 		close(p.exited)
+		p.log.close()
 	}()
 	return p, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	fspb "github.com/cove-sandbox/cove/guest/gen/filesystem"
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
+	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -162,14 +163,14 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 		stop := context.AfterFunc(streamCtx, cancel)
 		_ = stop
 	}
-	sreq := req(s, pr)
+	h := http.Header{ConfineHeader: {s.opts.Root}}
 	if r.User != "" {
 		// envd names the user of a request in a Basic authorization header.
-		sreq.Header().Set("Authorization", "Basic "+basicUser(r.User))
+		h.Set("Authorization", "Basic "+basicUser(r.User))
 	}
 	streamID := newStreamID()
-	sreq.Header().Set(StreamHeader, streamID)
-	stream, err := s.c.Process.Start(sctx, sreq)
+	h.Set(StreamHeader, streamID)
+	stream, err := s.c.openStream(sctx, processconnect.ProcessStartProcedure, pr, h)
 	if err != nil {
 		cancel()
 		return nil, wireError(err)
@@ -180,7 +181,7 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 		if !stream.Receive() {
 			return false, nil, stream.Err()
 		}
-		return true, stream.Msg().GetEvent(), nil
+		return true, stream.Msg(), nil
 	}, stream.Close)
 	if err != nil {
 		cancel()
@@ -537,10 +538,9 @@ func (p *process) connect(ctx context.Context) error {
 		sel.Selector = &pb.ProcessSelector_Pid{Pid: uint32(p.PID())}
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	creq := req(p.s, &pb.ConnectRequest{Process: sel})
 	streamID := newStreamID()
-	creq.Header().Set(StreamHeader, streamID)
-	stream, err := p.s.c.Process.Connect(sctx, creq)
+	stream, err := p.s.c.openStream(sctx, processconnect.ProcessConnectProcedure, &pb.ConnectRequest{Process: sel},
+		http.Header{ConfineHeader: {p.s.opts.Root}, StreamHeader: {streamID}})
 	if err != nil {
 		cancel()
 		return wireError(err)
@@ -554,7 +554,7 @@ func (p *process) connect(ctx context.Context) error {
 		if !stream.Receive() {
 			return false, nil, stream.Err()
 		}
-		return true, stream.Msg().GetEvent(), nil
+		return true, stream.Msg(), nil
 	}, stream.Close)
 	if err != nil {
 		cancel()
