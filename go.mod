@@ -10,3 +10,10 @@ require (
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require (
+	github.com/containerd/cgroups/v3 v3.1.3 // indirect
+	github.com/landlock-lsm/go-landlock v0.11.2 // indirect
+	github.com/moby/sys/userns v0.1.0 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
+)

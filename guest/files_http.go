@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +37,7 @@ type uploadEntry struct {
 // conditional requests served uncompressed by http.ServeContent.
 func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if _, err := f.httpOwner(q.Get("username")); err != nil {
+	if _, err := f.ownerFor(r.Header, q.Get("username")); err != nil {
 		f.httpError(w, err)
 		return
 	}
@@ -117,7 +118,7 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 // parents are created. The reply is a JSON array of the written entries.
 func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	o, err := f.httpOwner(q.Get("username"))
+	o, err := f.ownerFor(r.Header, q.Get("username"))
 	if err != nil {
 		f.httpError(w, err)
 		return
@@ -367,7 +368,7 @@ func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
 // have been written.
 func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	o, err := f.httpOwner(q.Get("username"))
+	o, err := f.ownerFor(r.Header, q.Get("username"))
 	if err != nil {
 		f.httpError(w, err)
 		return
@@ -393,8 +394,8 @@ func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
 	defer body.Close()
 	var opts tarball.ExtractOptions
 	if os.Geteuid() == 0 {
-		// As root, keep the archive's owners (a workspace restore) unless
-		// ?username= hands everything to one user.
+		// As root, everything goes to the request's user (the sandbox's
+		// user by default); with no user, the archive's owners are kept.
 		opts.Chown = func(p string, hdr *tar.Header) error {
 			if o != nil {
 				return os.Lchown(p, o.uid, o.gid)
@@ -420,11 +421,23 @@ func tarName(sp string) string {
 	return path.Base(sp) + ".tar"
 }
 
-// httpOwner is who files written for the request's ?username= belong to:
-// nil unless the daemon runs as root (an unprivileged daemon cannot give
-// files away, so the parameter is accepted and ignored). An unknown user
-// is ErrPermission (401, envd's answer).
-func (f *fsService) httpOwner(username string) (*owner, error) {
+// ownerFor is who files created for a request belong to: the user it
+// names (envd's ?username=, else its Basic authorization user), else the
+// daemon's default user, so that what the API writes the sandbox's user
+// can change. nil when the daemon is not root (an unprivileged daemon
+// cannot give files away, so the name is accepted and ignored) or no user
+// applies. An unknown user is ErrPermission (401, envd's answer).
+func (f *fsService) ownerFor(h http.Header, username string) (*owner, error) {
+	if username == "" {
+		if auth := h.Get("Authorization"); strings.HasPrefix(auth, "Basic ") {
+			if raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic ")); err == nil {
+				username, _, _ = strings.Cut(string(raw), ":")
+			}
+		}
+	}
+	if username == "" {
+		username = f.srv.cfg.User
+	}
 	if username == "" || os.Geteuid() != 0 {
 		return nil, nil
 	}

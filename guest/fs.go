@@ -77,7 +77,11 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDir
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, f.rpcError(pathError("checking", sp, err))
 	}
-	if err := f.mkdirAll(sp, hp, nil); err != nil {
+	o, err := f.ownerFor(req.Header(), "")
+	if err != nil {
+		return nil, f.rpcError(err)
+	}
+	if err := f.mkdirAll(sp, hp, o); err != nil {
 		return nil, f.rpcError(err)
 	}
 	e, err := f.entryInfo(sp, hp)
@@ -104,7 +108,11 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveReques
 	if _, err := os.Lstat(srcHost); err != nil {
 		return nil, f.rpcError(pathError("moving", src, err))
 	}
-	if err := f.mkdirAll(path.Dir(dst), filepath.Dir(dstHost), nil); err != nil {
+	o, err := f.ownerFor(req.Header(), "")
+	if err != nil {
+		return nil, f.rpcError(err)
+	}
+	if err := f.mkdirAll(path.Dir(dst), filepath.Dir(dstHost), o); err != nil {
 		return nil, f.rpcError(err)
 	}
 	if err := os.Rename(srcHost, dstHost); err != nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox/local"
 )
 
 // ErrUsage means the command line was wrong; the usage has been printed.
@@ -61,6 +62,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "guest":
 		// Hidden: the in-sandbox daemon, started by runtimes.
 		return guest.Main(ctx, args[1:], stderr)
+	case "local-shim":
+		// Hidden: a local sandbox's supervisor.
+		return local.ShimMain(ctx, args[1:], stderr)
+	case "local-init":
+		// Hidden: a local sandbox's pid 1.
+		return local.InitMain(ctx, args[1:], stderr)
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "bench":

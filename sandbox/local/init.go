@@ -1,0 +1,260 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-sandbox/cove/guest"
+)
+
+// initConfig is what the supervisor hands the sandbox's first process,
+// written to init.json in the sandbox's directory.
+type initConfig struct {
+	Dir       string            `json:"dir"`       // the sandbox's state directory (host path)
+	Lower     string            `json:"lower"`     // template root filesystem (read-only lower layer)
+	Binds     []string          `json:"binds"`     // host directories bound read-only at the same path
+	Upper     string            `json:"upper"`     // the sandbox's own disk
+	Work      string            `json:"work"`      // overlayfs work dir, on the same filesystem as Upper
+	Workspace string            `json:"workspace"` // sandbox path of the workspace
+	UID       int               `json:"uid"`
+	GID       int               `json:"gid"`
+	User      string            `json:"user"`
+	Hostname  string            `json:"hostname"`
+	Env       map[string]string `json:"env"`
+	TmpSize   string            `json:"tmp_size"`
+	Harden    bool              `json:"harden"`
+}
+
+// listenFD is the descriptor of the daemon's listening socket, passed by
+// the supervisor (ExtraFiles[0]).
+const listenFD = 3
+
+// InitMain is `cove local-init`: the sandbox's pid 1. In fresh mount, pid,
+// ipc, uts and network namespaces it builds the root filesystem, pivots
+// into it, brings up loopback, hardens itself and then serves as the
+// sandbox's daemon on the socket the supervisor opened.
+func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) != 2 || args[0] != "--dir" {
+		return errors.New("usage: cove local-init --dir DIR (started by the supervisor, not by hand)")
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	data, err := os.ReadFile(filepath.Join(args[1], "init.json"))
+	if err != nil {
+		return fmt.Errorf("reading the sandbox's init config: %w", err)
+	}
+	var cfg initConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("reading the sandbox's init config: %w", err)
+	}
+	if os.Getpid() != 1 {
+		return fmt.Errorf("local-init must be pid 1 of a new pid namespace (got pid %d)", os.Getpid())
+	}
+	lf := os.NewFile(listenFD, "guest.sock")
+	l, err := net.FileListener(lf)
+	if err != nil {
+		return fmt.Errorf("taking the daemon's socket from the supervisor: %w", err)
+	}
+	lf.Close()
+	if err := buildRoot(&cfg); err != nil {
+		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return fmt.Errorf("bringing up loopback: %w", err)
+	}
+	if cfg.Hostname != "" {
+		unix.Sethostname([]byte(cfg.Hostname))
+	}
+	if cfg.Harden {
+		if err := hardenSelf(&cfg, log); err != nil {
+			return fmt.Errorf("hardening the sandbox: %w", err)
+		}
+	}
+	token := os.Getenv(guest.TokenEnv)
+	os.Unsetenv(guest.TokenEnv)
+	srv, err := guest.NewServer(guest.Config{
+		Root: "/", Workdir: cfg.Workspace, AccessToken: token, Env: cfg.Env,
+		User: cfg.User, Reap: true, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("sandbox ready", "workspace", cfg.Workspace, "user", cfg.User)
+	err = srv.Serve(ctx, l)
+	srv.Close()
+	return err
+}
+
+// buildRoot mounts the overlay root and its pseudo filesystems, then
+// pivots into it. It runs in the sandbox's own mount namespace: nothing
+// here is visible on the host, and everything goes when pid 1 exits.
+func buildRoot(cfg *initConfig) error {
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	root := filepath.Join(cfg.Dir, "rootfs")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.Lower, cfg.Upper, cfg.Work)
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the overlay (%s): %w", opts, err)
+	}
+	for _, b := range cfg.Binds {
+		if fi, err := os.Lstat(b); err != nil || !fi.IsDir() {
+			continue // absent, or a symlink the template already has
+		}
+		target := filepath.Join(root, b)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		if err := bindReadOnly(b, target, unix.MS_NODEV); err != nil {
+			return err
+		}
+	}
+	// The workspace and the user's home belong to the sandbox's user.
+	for _, d := range []string{cfg.Workspace, "/home/" + cfg.User} {
+		p := filepath.Join(root, d)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+		os.Chown(p, cfg.UID, cfg.GID)
+	}
+	if err := mountPseudo(root, cfg); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root on the new one; unmounting
+	// it detaches every host mount from this namespace.
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the host's root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+func bindReadOnly(src, target string, extra uintptr) error {
+	if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", src, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | extra)
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("making %s read-only: %w", src, err)
+	}
+	return nil
+}
+
+// mountPseudo gives the new root a fresh /proc (with the kernel's knobs
+// read-only and its secrets masked), a minimal /dev and a private /tmp.
+func mountPseudo(root string, cfg *initConfig) error {
+	mk := func(p string, mode os.FileMode) error { return os.MkdirAll(filepath.Join(root, p), mode) }
+	for _, d := range []string{"proc", "dev", "tmp", "sys", "run"} {
+		if err := mk(d, 0o755); err != nil {
+			return err
+		}
+	}
+	proc := filepath.Join(root, "proc")
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	// As runc does: knobs that reach the host kernel are read-only, and
+	// files that expose host memory or devices are hidden.
+	for _, p := range []string{"sys", "sysrq-trigger", "irq", "bus", "fs"} {
+		t := filepath.Join(proc, p)
+		if _, err := os.Lstat(t); err == nil {
+			if err := bindReadOnly(t, t, unix.MS_NOEXEC|unix.MS_NODEV); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{"kcore", "keys", "timer_list", "sched_debug", "kallsyms", "kmsg", "latency_stats"} {
+		t := filepath.Join(proc, p)
+		if _, err := os.Lstat(t); err == nil {
+			unix.Mount("/dev/null", t, "", unix.MS_BIND, "")
+		}
+	}
+	for _, p := range []string{"acpi", "scsi"} {
+		t := filepath.Join(proc, p)
+		if _, err := os.Lstat(t); err == nil {
+			unix.Mount("tmpfs", t, "tmpfs", unix.MS_RDONLY, "size=0")
+		}
+	}
+
+	dev := filepath.Join(root, "dev")
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		t := filepath.Join(dev, n)
+		if err := os.WriteFile(t, nil, 0o666); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+n, t, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /dev/%s: %w", n, err)
+		}
+	}
+	pts := filepath.Join(dev, "pts")
+	os.MkdirAll(pts, 0o755)
+	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	shm := filepath.Join(dev, "shm")
+	os.MkdirAll(shm, 0o1777)
+	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		os.Symlink(target, filepath.Join(dev, name))
+	}
+	size := cfg.TmpSize
+	if size == "" {
+		size = "512m"
+	}
+	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+size); err != nil {
+		return fmt.Errorf("mounting /tmp: %w", err)
+	}
+	if err := unix.Mount("tmpfs", filepath.Join(root, "run"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
+		return fmt.Errorf("mounting /run: %w", err)
+	}
+	return nil
+}
+
+// loopbackUp brings up lo in the sandbox's network namespace, its only
+// interface unless the network policy adds one.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+var _ = strconv.Itoa
+var _ = syscall.Getpid

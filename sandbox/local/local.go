@@ -1,0 +1,430 @@
+// Package local is the embedded sandbox runtime: sandboxes on this machine,
+// isolated with Linux namespaces, an overlay root filesystem, cgroups,
+// seccomp and Landlock, each run by a detached supervisor (`cove
+// local-shim`) so it outlives the process that made it. Inside, pid 1 is
+// Cove's daemon (`cove local-init`, then the guest API), reached through a
+// unix socket in the sandbox's state directory.
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// Rootfs is what a sandbox's root filesystem is made of: a template.
+type Rootfs struct {
+	// Digest identifies the template, for "in use" checks.
+	Digest string
+	// Lower is the host directory mounted read-only as the overlay's
+	// lower layer.
+	Lower string
+	// Binds are host directories bound read-only at the same path (the
+	// host template's /usr and friends).
+	Binds []string
+	// Env, Workdir and User are the template's defaults.
+	Env     map[string]string
+	Workdir string
+	User    string
+}
+
+// Templates resolves template names to root filesystems.
+type Templates interface {
+	// Resolve returns the template's root filesystem; ErrNotFound if no
+	// template has that name.
+	Resolve(ctx context.Context, name string) (Rootfs, error)
+}
+
+// Config configures a Runtime.
+type Config struct {
+	// Dir holds one directory per sandbox.
+	Dir string
+	// Templates resolves Spec.Template; "" means "host".
+	Templates Templates
+	// Command is the argv prefix that runs this binary's hidden roles
+	// (local-shim, local-init); nil means this executable. Tests point it
+	// at the test binary.
+	Command []string
+	// Logger receives the runtime's logs; nil discards them.
+	Logger *slog.Logger
+	// NoHarden skips seccomp/Landlock/capability hardening (debugging only).
+	NoHarden bool
+}
+
+// Runtime is the local sandbox runtime. State lives in Config.Dir, so
+// every Runtime over the same Dir (a later CLI call) sees the same
+// sandboxes.
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+	// mu serializes Create/Stop/Resume/Delete within this process;
+	// state.json is guarded across processes by each sandbox's flock.
+	mu sync.Mutex
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime. It needs root: rootless sandboxes (user
+// namespaces) are not supported yet.
+func New(cfg Config) (*Runtime, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the local runtime needs root to create namespaces, mounts and cgroups (rootless mode through user namespaces is not supported yet): run cove as root: %w", sandbox.ErrUnavailable)
+	}
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("local runtime: no state directory: %w", sandbox.ErrInvalid)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the state directory: %w", err)
+	}
+	if cfg.Command == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Command = []string{exe}
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = HostTemplates{Dir: filepath.Join(cfg.Dir, ".host-template")}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime{cfg: cfg, log: cfg.Logger}, nil
+}
+
+func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.Dir, id) }
+
+func validID(id string) bool {
+	if id == "" || len(id) > 64 || strings.HasPrefix(id, ".") {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// load reads a sandbox's state, correcting it if its supervisor died
+// without recording the stop (SIGKILL, host crash).
+func (r *Runtime) load(id string) (*state, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
+	st, err := readState(r.dir(id))
+	if err != nil {
+		return nil, err
+	}
+	if st.Info.State == sandbox.StateRunning && !alive(st.ShimPID) {
+		st, err = r.reap(id)
+	}
+	return st, err
+}
+
+// reap cleans up after a supervisor that died: kills a leftover pid 1
+// and marks the sandbox stopped.
+func (r *Runtime) reap(id string) (*state, error) {
+	return updateState(r.dir(id), func(s *state) error {
+		if s.Info.State != sandbox.StateRunning || alive(s.ShimPID) {
+			return nil
+		}
+		if alive(s.InitPID) {
+			syscall.Kill(s.InitPID, syscall.SIGKILL)
+		}
+		os.Remove(filepath.Join(r.dir(id), "guest.sock"))
+		s.Info.State = sandbox.StateStopped
+		s.ShimPID, s.InitPID = 0, 0
+		s.StopReason = "supervisor died"
+		r.log.Warn("sandbox's supervisor died; marked stopped", "id", id)
+		return nil
+	})
+}
+
+func newID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// Create makes a sandbox's directories and starts its supervisor.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
+	if spec.Root == "" {
+		spec.Root = sandbox.DefaultRoot
+	}
+	if !path.IsAbs(spec.Root) {
+		return nil, fmt.Errorf("workspace root %q: want an absolute path such as /workspace: %w", spec.Root, sandbox.ErrInvalid)
+	}
+	root, err := sandbox.ResolvePath("/", spec.Root)
+	if err != nil || root == "/" {
+		return nil, fmt.Errorf("workspace root %q: want an absolute path below /: %w", spec.Root, sandbox.ErrInvalid)
+	}
+	spec.Root = root
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("environment variable name %q is not valid: %w", k, sandbox.ErrInvalid)
+		}
+	}
+	if spec.Network.Mode != "" && spec.Network.Mode != "none" {
+		return nil, fmt.Errorf("network mode %q: only \"none\" (loopback only) is supported so far: %w", spec.Network.Mode, sandbox.ErrInvalid)
+	}
+	tmplName := spec.Template
+	if tmplName == "" {
+		tmplName = "host"
+	}
+	rootfs, err := r.cfg.Templates.Resolve(ctx, tmplName)
+	if err != nil {
+		return nil, fmt.Errorf("template %q: %w", tmplName, err)
+	}
+	user := spec.User
+	if user == "" {
+		user = rootfs.User
+	}
+	if user == "" {
+		user = "user"
+	}
+	env := map[string]string{}
+	for k, v := range rootfs.Env {
+		env[k] = v
+	}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+
+	id := newID()
+	dir := r.dir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+	}
+	// The upper dir's mode becomes the mode of the sandbox's "/".
+	for _, d := range []string{"upper", "work", "rootfs"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+		}
+	}
+	var tok [16]byte
+	rand.Read(tok[:])
+	st := &state{
+		Info:     sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
+		Token:    hex.EncodeToString(tok[:]),
+		Template: rootfs.Digest,
+		Init: initConfig{
+			Dir: dir, Lower: rootfs.Lower, Binds: rootfs.Binds,
+			Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
+			Workspace: root, UID: 1000, GID: 1000, User: user, Hostname: id,
+			Env: env, Harden: !r.cfg.NoHarden,
+		},
+	}
+	if err := writeState(dir, st); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+	}
+	if err := writeInit(dir, &st.Init); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.startLocked(ctx, id, st); err != nil {
+		r.destroy(context.WithoutCancel(ctx), id)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+	}
+	return r.session(id, st), nil
+}
+
+// startLocked starts the supervisor and waits until the daemon answers.
+func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
+	dir := r.dir(id)
+	logf, err := os.OpenFile(filepath.Join(dir, "sandbox.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := append(append([]string(nil), r.cfg.Command[1:]...), "local-shim", "--dir", dir)
+	args = append(args, r.cfg.Command...) // how the shim re-runs this binary as local-init
+	cmd := exec.Command(r.cfg.Command[0], args...)
+	// A clean environment: the caller's secrets stay out of the sandbox.
+	cmd.Env = []string{"PATH=" + defaultPath}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the supervisor: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+
+	c, err := guest.NewClient("unix://"+filepath.Join(dir, "guest.sock"), guest.ClientOptions{AccessToken: st.Token, DialRetry: time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for delay := 200 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Health(hctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
+			return fmt.Errorf("the sandbox stopped while starting: %s: %w", lastLines(string(log), 4), sandbox.ErrUnavailable)
+		default:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
+			return fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", lastLines(string(log), 4), sandbox.ErrUnavailable)
+		}
+		time.Sleep(delay)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (r *Runtime) session(id string, st *state) *guest.Session {
+	c, _ := guest.NewClient("unix://"+filepath.Join(r.dir(id), "guest.sock"), guest.ClientOptions{AccessToken: st.Token})
+	return guest.NewSession(c, guest.SessionOptions{
+		ID:   id,
+		Root: st.Info.Spec.Root,
+		Info: func(ctx context.Context) (sandbox.Info, error) {
+			st, err := r.load(id)
+			if err != nil {
+				return sandbox.Info{}, err
+			}
+			return st.Info, nil
+		},
+		Check: func(ctx context.Context) error {
+			st, err := r.load(id)
+			if err != nil {
+				return err
+			}
+			if st.Info.State != sandbox.StateRunning {
+				return fmt.Errorf("sandbox %q is %s; resume it first (cove sandbox resume %s): %w", id, st.Info.State, id, sandbox.ErrState)
+			}
+			return nil
+		},
+	})
+}
+
+func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
+	st, err := r.load(id)
+	if err != nil {
+		return nil, err
+	}
+	return r.session(id, st), nil
+}
+
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
+	entries, err := os.ReadDir(r.cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	var out []sandbox.Info
+	for _, e := range entries {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		st, err := r.load(e.Name())
+		if err != nil {
+			continue
+		}
+		out = append(out, st.Info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Stop asks the supervisor to end the sandbox and waits until it has.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopLocked(ctx, id)
+}
+
+func (r *Runtime) stopLocked(ctx context.Context, id string) error {
+	st, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	if st.Info.State != sandbox.StateRunning {
+		return nil
+	}
+	syscall.Kill(st.ShimPID, syscall.SIGTERM)
+	for deadline := time.Now().Add(10 * time.Second); alive(st.ShimPID); {
+		if time.Now().After(deadline) {
+			syscall.Kill(st.ShimPID, syscall.SIGKILL)
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	_, err = r.load(id) // marks it stopped if the supervisor could not
+	return err
+}
+
+func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, err := r.load(id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Info.State != sandbox.StateRunning {
+		if !st.Deadline.IsZero() && time.Now().After(st.Deadline) {
+			// A TTL measures the sandbox's life, not one run of it.
+			return nil, fmt.Errorf("sandbox %q reached its TTL at %s; create a new one or fork it: %w", id, st.Deadline.Format(time.RFC3339), sandbox.ErrState)
+		}
+		if err := r.startLocked(ctx, id, st); err != nil {
+			return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
+		}
+		if st, err = r.load(id); err != nil {
+			return nil, err
+		}
+	}
+	return r.session(id, st), nil
+}
+
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.stopLocked(ctx, id); err != nil {
+		return err
+	}
+	return r.destroy(ctx, id)
+}
+
+// destroy frees a stopped sandbox's disk and state.
+func (r *Runtime) destroy(ctx context.Context, id string) error {
+	dir := r.dir(id)
+	// A mount left on rootfs (a crash mid-start) would make RemoveAll
+	// walk into the template.
+	syscall.Unmount(filepath.Join(dir, "rootfs"), syscall.MNT_DETACH)
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting sandbox %q: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+)
+
+// The runtime re-executes the test binary for its hidden roles.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		var err error
+		switch os.Args[1] {
+		case "local-shim":
+			err = ShimMain(context.Background(), os.Args[2:], os.Stderr)
+		case "local-init":
+			err = InitMain(context.Background(), os.Args[2:], os.Stderr)
+		case "echo-server":
+			echoServer(os.Args[2])
+		default:
+			os.Exit(m.Run())
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func echoServer(port string) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("listening")
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() { io.Copy(c, c); c.Close() }()
+	}
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the local runtime needs root (CI runs as root)")
+	}
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Runtime
+	sharedErr  error
+)
+
+// newRuntime returns one runtime shared by the tests (its sandboxes are
+// independent), so the host template is prepared once.
+func newRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	needRoot(t)
+	sharedOnce.Do(func() {
+		exe, err := os.Executable()
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "cl")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		shared, sharedErr = New(Config{Dir: dir, Command: []string{exe}})
+	})
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	return shared
+}
+
+func TestConformance(t *testing.T) {
+	needRoot(t)
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, sandboxtest.Options{
+		Listen: func(t *testing.T, s sandbox.Session, port int) func() {
+			// The test binary is on the host's /usr? No: it lives in a
+			// temp dir the sandbox cannot see; copy it into the workspace.
+			exe, _ := os.Executable()
+			f, err := os.Open(exe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := s.WriteFile(context.Background(), ".echo-server", f, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ready := &firstWrite{ch: make(chan struct{})}
+			p, err := s.Start(context.Background(), sandbox.ExecRequest{
+				Cmd: "./.echo-server", Args: []string{"echo-server", strconv.Itoa(port)}, Stdout: ready,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ready.ch:
+			case <-time.After(10 * time.Second):
+				t.Fatal("echo server did not start")
+			}
+			return func() {
+				p.Signal(context.Background(), sandbox.SIGKILL)
+				s.Remove(context.Background(), ".echo-server")
+			}
+		},
+	})
+}
+
+type firstWrite struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ch) })
+	return len(p), nil
+}
+
+func run(t *testing.T, s sandbox.Session, script string) (string, sandbox.ExitStatus) {
+	t.Helper()
+	var out strings.Builder
+	st, err := s.Exec(context.Background(), sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", script}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return out.String(), st
+}
+
+// TestIsolationBasics checks what a sandboxed command sees.
+func TestIsolationBasics(t *testing.T) {
+	rt := newRuntime(t)
+	s, err := rt.Create(context.Background(), sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	tests := []struct {
+		name, script, want string
+	}{
+		{"cwd is the workspace", "pwd", "/workspace\n"},
+		{"runs as the sandbox user", "id -u; id -g", "1000\n1000\n"},
+		{"pid namespace: only the sandbox's processes", "tr '\\0' ' ' </proc/1/cmdline | grep -c local-init; test $(ls /proc | grep -c '^[0-9]') -lt 10 && echo few", "1\nfew\n"},
+		{"alternatives work (awk)", "echo a b | awk '{print $2}'", "b\n"},
+		{"host files outside the template are invisible", "test -e /root/.bash_history -o -e /work && echo visible || echo hidden", "hidden\n"},
+		{"only loopback", "ls /sys/class/net 2>/dev/null || cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
+		{"workspace writable", "echo hi > f && cat f", "hi\n"},
+		{"/usr read-only", "touch /usr/x 2>/dev/null && echo wrote || echo refused", "refused\n"},
+		{"hostname is the sandbox id", "cat /proc/sys/kernel/hostname", s.ID() + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, st := run(t, s, tt.script)
+			if got != tt.want {
+				t.Errorf("%s: got %q (exit %+v), want %q", tt.script, got, st, tt.want)
+			}
+		})
+	}
+}

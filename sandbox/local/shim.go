@@ -1,0 +1,139 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// ShimMain is `cove local-shim`: a sandbox's supervisor. Detached from
+// whoever created the sandbox (its own session), it opens the daemon's
+// socket, starts pid 1 in new namespaces, enforces the TTL, and when pid 1
+// ends (stop, TTL, crash) releases what the sandbox held and records that
+// it stopped. One supervisor runs per running sandbox.
+func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) < 2 || args[0] != "--dir" {
+		return errors.New("usage: cove local-shim --dir DIR [INIT-COMMAND...] (started by the runtime, not by hand)")
+	}
+	dir := args[1]
+	initCmd := args[2:]
+	// Pdeathsig fires when the forking *thread* ends: fork from the main
+	// thread, locked for the supervisor's whole life.
+	runtime.LockOSThread()
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("sandbox", filepath.Base(dir))
+	st, err := readState(dir)
+	if err != nil {
+		return err
+	}
+	if len(initCmd) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		initCmd = []string{exe}
+	}
+
+	sock := filepath.Join(dir, "guest.sock")
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("opening the daemon's socket: %w", err)
+	}
+	os.Chmod(sock, 0o600)
+	ul := l.(*net.UnixListener)
+	lf, err := ul.File()
+	ul.SetUnlinkOnClose(false)
+	ul.Close() // the duplicate in lf keeps the socket open for pid 1
+	if err != nil {
+		return err
+	}
+
+	cmd := exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
+	cmd.Env = []string{"PATH=" + defaultPath, guest.TokenEnv + "=" + st.Token}
+	cmd.ExtraFiles = []*os.File{lf}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		// pid 1 dies with its supervisor, so no sandbox runs unsupervised.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("starting the sandbox's pid 1: %w", err)
+	}
+	lf.Close()
+	if _, err := updateState(dir, func(s *state) error {
+		s.ShimPID = os.Getpid()
+		s.InitPID = cmd.Process.Pid
+		s.Info.State = sandbox.StateRunning
+		s.StopReason = ""
+		// The TTL clock starts when the sandbox first runs and keeps
+		// going across stops and supervisor restarts.
+		if s.Deadline.IsZero() && s.Info.Spec.TTL > 0 {
+			s.Deadline = time.Now().Add(s.Info.Spec.TTL)
+		}
+		st = s
+		return nil
+	}); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return err
+	}
+	log.Info("sandbox started", "init_pid", cmd.Process.Pid)
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var ttl <-chan time.Time
+	if !st.Deadline.IsZero() {
+		t := time.NewTimer(time.Until(st.Deadline))
+		defer t.Stop()
+		ttl = t.C
+	}
+	reason := ""
+	var waitErr error
+	select {
+	case waitErr = <-exited:
+		reason = fmt.Sprintf("exited: %v", waitErr)
+	case <-sigs:
+		reason = "stopped"
+	case <-ttl:
+		reason = "ttl"
+		log.Info("TTL reached; stopping the sandbox")
+	case <-ctx.Done():
+		reason = "stopped"
+	}
+	if reason == "stopped" || reason == "ttl" {
+		// Killing pid 1 of a pid namespace kills every process in it.
+		cmd.Process.Kill()
+		waitErr = <-exited
+	}
+	os.Remove(sock)
+	if _, err := updateState(dir, func(s *state) error {
+		s.Info.State = sandbox.StateStopped
+		s.ShimPID, s.InitPID = 0, 0
+		s.StopReason = reason
+		return nil
+	}); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		log.Error("recording the stop", "err", err)
+	}
+	log.Info("sandbox stopped", "reason", reason)
+	return nil
+}
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

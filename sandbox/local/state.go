@@ -1,0 +1,112 @@
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// state is what the runtime and the supervisor share about one sandbox, in
+// state.json. The supervisor owns Running/ShimPID/InitPID while it lives;
+// anyone may find it dead and mark the sandbox stopped.
+type state struct {
+	Info     sandbox.Info `json:"info"`
+	Token    string       `json:"token"`
+	Template string       `json:"template_digest,omitempty"`
+	ShimPID  int          `json:"shim_pid,omitempty"`
+	InitPID  int          `json:"init_pid,omitempty"`
+	// Deadline is when the TTL stops the sandbox; zero for none. It is
+	// absolute so a resumed or re-attached supervisor keeps the clock.
+	Deadline time.Time `json:"deadline,omitempty"`
+	// StopReason says why the sandbox last stopped ("ttl", "stopped",
+	// "exited: ...").
+	StopReason string `json:"stop_reason,omitempty"`
+	// Init is the config handed to pid 1.
+	Init initConfig `json:"init"`
+}
+
+func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+
+func readState(dir string) (*state, error) {
+	data, err := os.ReadFile(statePath(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("sandbox %q: %w", filepath.Base(dir), sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading sandbox %q: %w", filepath.Base(dir), err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("reading sandbox %q: corrupt state file: %w", filepath.Base(dir), err)
+	}
+	return &st, nil
+}
+
+func writeState(dir string, st *state) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := statePath(dir) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, statePath(dir))
+}
+
+// alive reports whether pid runs and is not a zombie.
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// lockDir takes the sandbox's lock (flock on DIR/lock) for a
+// read-modify-write of its state; the returned func releases it.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("sandbox %q: %w", filepath.Base(dir), sandbox.ErrNotFound)
+		}
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// updateState applies fn to the sandbox's state under its lock.
+func updateState(dir string, fn func(*state) error) (*state, error) {
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	st, err := readState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := fn(st); err != nil {
+		return nil, err
+	}
+	return st, writeState(dir, st)
+}
