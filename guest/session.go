@@ -355,28 +355,48 @@ func (s *Session) Move(ctx context.Context, src, dst string) error {
 }
 
 func (s *Session) SnapshotWorkspace(ctx context.Context, w io.Writer) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	resp, err := s.c.do(ctx, http.MethodGet, "/cove/tar", url.Values{"path": {s.opts.Root}}, nil, nil)
-	if err != nil {
+	if err := s.ReadDirTar(ctx, s.opts.Root, w); err != nil {
 		return fmt.Errorf("snapshotting the workspace: %w", err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(w, resp.Body); err != nil {
-		return fmt.Errorf("snapshotting the workspace: %w", wireError(err))
 	}
 	return nil
 }
 
 func (s *Session) RestoreWorkspace(ctx context.Context, r io.Reader) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.WriteDirTar(ctx, s.opts.Root, r); err != nil {
+		return fmt.Errorf("restoring the workspace: %w", err)
+	}
+	return nil
+}
+
+var _ sandbox.Archiver = (*Session)(nil)
+
+// ReadDirTar implements sandbox.Archiver.
+func (s *Session) ReadDirTar(ctx context.Context, dir string, w io.Writer) error {
+	sp, err := s.prep(ctx, dir)
+	if err != nil {
 		return err
 	}
-	resp, err := s.c.do(ctx, http.MethodPost, "/cove/tar", url.Values{"path": {s.opts.Root}}, io.NopCloser(r),
-		http.Header{"Content-Type": {"application/x-tar"}})
+	resp, err := s.c.do(ctx, http.MethodGet, "/cove/tar", url.Values{"path": {sp}}, nil, http.Header{ConfineHeader: {s.opts.Root}})
 	if err != nil {
-		return fmt.Errorf("restoring the workspace: %w", err)
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return wireError(err)
+	}
+	return nil
+}
+
+// WriteDirTar implements sandbox.Archiver.
+func (s *Session) WriteDirTar(ctx context.Context, dir string, r io.Reader) error {
+	sp, err := s.prep(ctx, dir)
+	if err != nil {
+		return err
+	}
+	resp, err := s.c.do(ctx, http.MethodPost, "/cove/tar", url.Values{"path": {sp}}, io.NopCloser(r),
+		http.Header{"Content-Type": {"application/x-tar"}, ConfineHeader: {s.opts.Root}})
+	if err != nil {
+		return err
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

@@ -316,3 +316,22 @@ type FileInfo struct {
 	Group         string    `json:"group,omitempty"`
 	SymlinkTarget string    `json:"symlink_target,omitempty"`
 }
+
+// Forker is a Runtime that can copy a sandbox: its disk (workspace and
+// everything installed) goes into a new sandbox with the same spec.
+type Forker interface {
+	// Fork copies sandbox id, running or stopped, into a new running
+	// sandbox. A running sandbox is paused for the copy when the runtime
+	// can, so the copy is consistent. ErrNotFound if unknown.
+	Fork(ctx context.Context, id string) (Session, error)
+}
+
+// Archiver is a Session that moves whole directories as tar streams, in
+// one request instead of one per file.
+type Archiver interface {
+	// ReadDirTar writes the tree under dir (members relative to dir) to w.
+	ReadDirTar(ctx context.Context, dir string, w io.Writer) error
+	// WriteDirTar extracts a tar stream into dir, creating it, with the
+	// same refusals as RestoreWorkspace.
+	WriteDirTar(ctx context.Context, dir string, r io.Reader) error
+}

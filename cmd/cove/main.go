@@ -17,7 +17,7 @@ func main() {
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if err != cli.ErrUsage {
+		if cli.Reportable(err) {
 			fmt.Fprintln(os.Stderr, "cove:", err)
 		}
 		os.Exit(cli.ExitCode(err))

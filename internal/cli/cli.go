@@ -24,6 +24,14 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// Reportable reports whether main should print err: usage errors have
+// printed the usage already, and a sandboxed command's exit status is
+// its own business.
+func Reportable(err error) bool {
+	var ee exitError
+	return err != nil && !errors.Is(err, ErrUsage) && !errors.As(err, &ee)
+}
+
 // ExitCode is the process exit code for an error returned by Run.
 func ExitCode(err error) int {
 	var ee exitError
@@ -41,6 +49,7 @@ func ExitCode(err error) int {
 const usage = `cove runs AI agents' work in isolated Linux sandboxes.
 
 Usage:
+  cove sandbox COMMAND             create, list, exec in, copy to/from, snapshot, stop, resume, fork, rm sandboxes
   cove demo [-- COMMAND ARGS...]   start a sandbox, run a command in it through its daemon, print the output
   cove bench [-n N]                measure exec round trip and file throughput through the daemon
   cove version                     print the version
@@ -68,6 +77,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "local-init":
 		// Hidden: a local sandbox's pid 1.
 		return local.InitMain(ctx, args[1:], stderr)
+	case "sandbox":
+		return sandboxCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "bench":

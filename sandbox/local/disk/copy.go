@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +16,9 @@ import (
 // 2 GiB image holding 50 MB of data costs 50 MB to copy and to store. It
 // clones the file when the filesystem shares extents (FICLONE: btrfs, XFS
 // with reflink), else copies each data extent found with SEEK_DATA and
-// SEEK_HOLE using copy_file_range, so the bytes stay in the kernel.
-func copySparse(dst, src string) (err error) {
+// SEEK_HOLE using copy_file_range, so the bytes stay in the kernel. ctx is
+// checked between extents.
+func copySparse(ctx context.Context, dst, src string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -46,6 +48,9 @@ func copySparse(dst, src string) (err error) {
 		return mapFull(err)
 	}
 	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break // only a hole is left

@@ -1,0 +1,571 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/cove-sandbox/cove/manifest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/sandbox/tarball"
+)
+
+const sandboxUsage = `Usage: cove sandbox COMMAND [flags]
+
+Commands:
+  create [--template T] [--ttl 30m] [--cpus 1] [--memory 512M] [--disk 2G] [--pids N]
+         [--env K=V]... [--manifest FILE]          create and start a sandbox; prints its id
+  ls                                              list sandboxes
+  exec ID [-i] [-t] [-e K=V]... [-w DIR] [-u USER] -- CMD [ARGS...]
+                                                  run a command; exits with its exit code
+  cp ID:PATH LOCAL | cp LOCAL ID:PATH             copy files and folders
+  snapshot ID -o FILE.tar                         save the workspace as a tar
+  stop ID | resume ID | fork ID                   stop keeping the disk, resume, copy
+  rm [-f] ID...                                   delete (-f stops a running one first)
+
+Flags for every command:
+  --state-dir DIR   where sandboxes live (default /var/lib/cove as root, $XDG_DATA_HOME/cove otherwise)
+`
+
+// sandboxCmd is `cove sandbox`.
+func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	stateDir, args := extractStateDir(args)
+	if len(args) == 0 {
+		fmt.Fprint(stderr, sandboxUsage)
+		return ErrUsage
+	}
+	rt, err := localRuntime(stateDir)
+	if err != nil {
+		return err
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "create":
+		return sandboxCreate(ctx, rt, args, stdout, stderr)
+	case "ls", "list":
+		return sandboxList(ctx, rt, stdout)
+	case "exec":
+		return sandboxExec(ctx, rt, args, stdout, stderr)
+	case "cp":
+		return sandboxCopy(ctx, rt, args, stderr)
+	case "snapshot":
+		return sandboxSnapshot(ctx, rt, args, stderr)
+	case "stop":
+		return eachID(args, func(id string) error { return rt.Stop(ctx, id) }, stdout, "stopped")
+	case "resume":
+		return eachID(args, func(id string) error { _, err := rt.Resume(ctx, id); return err }, stdout, "resumed")
+	case "fork":
+		if len(args) != 1 {
+			return usageErr(stderr, "fork takes one sandbox id")
+		}
+		s, err := rt.Fork(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, s.ID())
+		return nil
+	case "rm", "delete":
+		return sandboxRemove(ctx, rt, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, sandboxUsage)
+		return nil
+	}
+	return usageErr(stderr, fmt.Sprintf("unknown sandbox command %q", cmd))
+}
+
+func usageErr(stderr io.Writer, msg string) error {
+	fmt.Fprintf(stderr, "cove sandbox: %s\n\n%s", msg, sandboxUsage)
+	return ErrUsage
+}
+
+// extractStateDir pulls --state-dir out of args wherever it is.
+func extractStateDir(args []string) (string, []string) {
+	dir := ""
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		if v, ok := strings.CutPrefix(a, "--state-dir="); ok {
+			dir = v
+			continue
+		}
+		if a == "--state-dir" && i+1 < len(args) {
+			dir = args[i+1]
+			i++
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return dir, rest
+}
+
+// dataDir is where sandboxes and templates live.
+func dataDir(override string) string {
+	if override != "" {
+		return override
+	}
+	if h := os.Getenv("COVE_HOME"); h != "" {
+		return h
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/cove"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "cove")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local/share/cove")
+	}
+	return filepath.Join(os.TempDir(), "cove")
+}
+
+func localRuntime(stateDir string) (*local.Runtime, error) {
+	return local.New(local.Config{Dir: filepath.Join(dataDir(stateDir), "sandboxes")})
+}
+
+func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tmpl := fs.String("template", "", "template name (default host)")
+	ttl := fs.Duration("ttl", 0, "stop the sandbox this long after it starts (e.g. 30m)")
+	cpus := fs.Float64("cpus", 0, "CPU quota in cores")
+	mem := fs.String("memory", "", "memory limit (e.g. 512M, 2G)")
+	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
+	pids := fs.Int("pids", 0, "maximum processes")
+	man := fs.String("manifest", "", "workspace manifest (JSON, OpenAI Agents SDK format) to apply")
+	var envs multiFlag
+	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{}}
+	var err error
+	if spec.Limits.MemoryBytes, err = parseSize(*mem); err != nil {
+		return fmt.Errorf("--memory: %w", err)
+	}
+	if spec.Limits.DiskBytes, err = parseSize(*disk); err != nil {
+		return fmt.Errorf("--disk: %w", err)
+	}
+	for _, kv := range envs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		spec.Env[k] = v
+	}
+	var m *manifest.Manifest
+	if *man != "" {
+		data, err := os.ReadFile(*man)
+		if err != nil {
+			return fmt.Errorf("reading the manifest: %w", err)
+		}
+		if m, err = manifest.Parse(data); err != nil {
+			return fmt.Errorf("manifest %s: %w", *man, err)
+		}
+		spec.Root = m.RootDir()
+		for k, v := range m.Env() {
+			if _, set := spec.Env[k]; !set {
+				spec.Env[k] = v
+			}
+		}
+	}
+	t0 := time.Now()
+	s, err := rt.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "created sandbox %s in %s\n", s.ID(), time.Since(t0).Round(time.Millisecond))
+	if m != nil {
+		err := manifest.Apply(ctx, m, s, manifest.ApplyOptions{
+			BaseDir:  filepath.Dir(*man),
+			Progress: func(line string) { fmt.Fprintln(stderr, "  "+line) },
+		})
+		if err != nil {
+			rt.Delete(context.WithoutCancel(ctx), s.ID())
+			return fmt.Errorf("applying the manifest (sandbox deleted): %w", err)
+		}
+	}
+	fmt.Fprintln(stdout, s.ID())
+	return nil
+}
+
+// parseSize reads 512M, 2G, 1.5GiB, 1048576 as bytes ("" is 0).
+func parseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	u := strings.ToUpper(strings.TrimSpace(s))
+	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(u, "K"):
+		mult, u = 1<<10, strings.TrimSuffix(u, "K")
+	case strings.HasSuffix(u, "M"):
+		mult, u = 1<<20, strings.TrimSuffix(u, "M")
+	case strings.HasSuffix(u, "G"):
+		mult, u = 1<<30, strings.TrimSuffix(u, "G")
+	case strings.HasSuffix(u, "T"):
+		mult, u = 1<<40, strings.TrimSuffix(u, "T")
+	}
+	f, err := strconv.ParseFloat(u, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("%q is not a size: use a number with K, M, G or T, such as 512M", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+func sandboxList(ctx context.Context, rt *local.Runtime, stdout io.Writer) error {
+	infos, err := rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tAGE\tTTL")
+	for _, in := range infos {
+		tmpl := in.Spec.Template
+		if tmpl == "" {
+			tmpl = "host"
+		}
+		ttl := "-"
+		if in.Spec.TTL > 0 {
+			ttl = in.Spec.TTL.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.ID, in.State, tmpl, time.Since(in.CreatedAt).Round(time.Second), ttl)
+	}
+	return tw.Flush()
+}
+
+func sandboxExec(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	interactive := fs.Bool("i", false, "send our standard input to the command")
+	tty := fs.Bool("t", false, "run the command on a terminal (implies -i)")
+	dir := fs.String("w", "", "working directory (default: the workspace)")
+	user := fs.String("u", "", "user to run as (default: the sandbox's user)")
+	var envs multiFlag
+	fs.Var(&envs, "e", "KEY=VALUE (repeatable)")
+	if len(args) == 0 {
+		return usageErr(stderr, "exec needs a sandbox id and a command")
+	}
+	id := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return ErrUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return usageErr(stderr, "exec needs a command after the sandbox id: cove sandbox exec ID -- CMD ARGS...")
+	}
+	s, err := rt.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	req := sandbox.ExecRequest{Cmd: argv[0], Args: argv[1:], Dir: *dir, User: *user, Stdout: stdout, Stderr: stderr, Env: map[string]string{}}
+	for _, kv := range envs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("-e %q: want KEY=VALUE", kv)
+		}
+		req.Env[k] = v
+	}
+	var st sandbox.ExitStatus
+	if *tty {
+		st, err = execTTY(ctx, s, req)
+	} else {
+		if *interactive {
+			req.Stdin = os.Stdin
+		}
+		st, err = s.Exec(ctx, req)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	switch {
+	case st.OOM:
+		fmt.Fprintf(stderr, "cove: the command was killed for using more memory than sandbox %s allows (--memory)\n", id)
+	case st.Signal != "":
+		fmt.Fprintf(stderr, "cove: the command was killed by signal %s\n", st.Signal)
+	}
+	if !st.Success() {
+		code := st.Code
+		if code <= 0 {
+			code = 128 + 9
+		}
+		return exitError{code}
+	}
+	return nil
+}
+
+// execTTY runs a command on a PTY, with our terminal in raw mode and its
+// size followed.
+func execTTY(ctx context.Context, s sandbox.Session, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	fd := int(os.Stdin.Fd())
+	size := &sandbox.PTYSize{Cols: 80, Rows: 24}
+	if term.IsTerminal(fd) {
+		if w, h, err := term.GetSize(fd); err == nil {
+			size = &sandbox.PTYSize{Cols: uint16(w), Rows: uint16(h)}
+		}
+		old, err := term.MakeRaw(fd)
+		if err == nil {
+			defer term.Restore(fd, old)
+		}
+	}
+	req.PTY = size
+	req.OpenStdin = true
+	req.Stderr = nil
+	p, err := s.Start(ctx, req)
+	if err != nil {
+		return sandbox.ExitStatus{}, err
+	}
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
+	go func() {
+		for range winch {
+			if w, h, err := term.GetSize(fd); err == nil {
+				p.Resize(ctx, sandbox.PTYSize{Cols: uint16(w), Rows: uint16(h)})
+			}
+		}
+	}()
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := os.Stdin.Read(buf)
+			if n > 0 {
+				if p.Write(ctx, buf[:n]) != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	st, err := p.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		p.Signal(context.WithoutCancel(ctx), sandbox.SIGKILL)
+	}
+	return st, err
+}
+
+// splitRemote parses ID:PATH; ok is false for a local path.
+func splitRemote(arg string) (id, p string, ok bool) {
+	id, p, ok = strings.Cut(arg, ":")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", "", false
+	}
+	return id, p, true
+}
+
+func sandboxCopy(ctx context.Context, rt *local.Runtime, args []string, stderr io.Writer) error {
+	if len(args) != 2 {
+		return usageErr(stderr, "cp takes a source and a destination, one of them ID:PATH")
+	}
+	srcID, srcPath, srcRemote := splitRemote(args[0])
+	dstID, dstPath, dstRemote := splitRemote(args[1])
+	switch {
+	case srcRemote && !dstRemote:
+		s, err := rt.Get(ctx, srcID)
+		if err != nil {
+			return err
+		}
+		return copyOut(ctx, s, srcPath, args[1], stderr)
+	case !srcRemote && dstRemote:
+		s, err := rt.Get(ctx, dstID)
+		if err != nil {
+			return err
+		}
+		return copyIn(ctx, s, args[0], dstPath, stderr)
+	}
+	return usageErr(stderr, "cp copies between this machine and a sandbox: exactly one side must be ID:PATH")
+}
+
+// copyIn copies a local file or folder to dst in the sandbox; into dst
+// when dst is an existing directory, as cp does.
+func copyIn(ctx context.Context, s sandbox.Session, src, dst string, stderr io.Writer) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	if dfi, err := s.Stat(ctx, dst); err == nil && dfi.Type == sandbox.TypeDir {
+		dst = path.Join(dfi.Path, filepath.Base(src))
+	}
+	if !fi.IsDir() {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := s.WriteFile(ctx, dst, f, uint32(fi.Mode().Perm())); err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		fmt.Fprintf(stderr, "copied %s (%d bytes) to %s:%s\n", src, fi.Size(), s.ID(), dst)
+		return nil
+	}
+	ar, ok := s.(sandbox.Archiver)
+	if !ok {
+		return fmt.Errorf("cp: this runtime cannot copy folders")
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarball.Write(ctx, pw, src)) }()
+	if err := ar.WriteDirTar(ctx, dst, pr); err != nil {
+		pr.CloseWithError(err)
+		return fmt.Errorf("cp: %w", err)
+	}
+	fmt.Fprintf(stderr, "copied folder %s to %s:%s\n", src, s.ID(), dst)
+	return nil
+}
+
+// copyOut copies a sandbox file or folder to a local path.
+func copyOut(ctx context.Context, s sandbox.Session, src, dst string, stderr io.Writer) error {
+	fi, err := s.Stat(ctx, src)
+	if err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	if lfi, err := os.Stat(dst); err == nil && lfi.IsDir() {
+		dst = filepath.Join(dst, fi.Name)
+	}
+	if fi.Type != sandbox.TypeDir {
+		rc, err := s.ReadFile(ctx, src)
+		if err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		defer rc.Close()
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(fi.Mode&0o777)|0o600)
+		if err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		n, err := io.Copy(f, rc)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		fmt.Fprintf(stderr, "copied %s:%s (%d bytes) to %s\n", s.ID(), src, n, dst)
+		return nil
+	}
+	ar, ok := s.(sandbox.Archiver)
+	if !ok {
+		return fmt.Errorf("cp: this runtime cannot copy folders")
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(ar.ReadDirTar(ctx, src, pw)) }()
+	if err := tarball.Extract(ctx, pr, dst, tarball.ExtractOptions{}); err != nil {
+		pr.CloseWithError(err)
+		return fmt.Errorf("cp: %w", err)
+	}
+	fmt.Fprintf(stderr, "copied folder %s:%s to %s\n", s.ID(), src, dst)
+	return nil
+}
+
+func sandboxSnapshot(ctx context.Context, rt *local.Runtime, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "", "file to write the tar to")
+	if len(args) == 0 {
+		return usageErr(stderr, "snapshot needs a sandbox id")
+	}
+	id := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return ErrUsage
+	}
+	if *out == "" {
+		return usageErr(stderr, "snapshot needs -o FILE.tar")
+	}
+	s, err := rt.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	cw := &countWriter{w: f}
+	err = s.SnapshotWorkspace(ctx, cw)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(*out)
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s (%d bytes)\n", *out, cw.n)
+	return nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func sandboxRemove(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	force := fs.Bool("f", false, "stop running sandboxes first")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	return eachID(fs.Args(), func(id string) error {
+		s, err := rt.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State == sandbox.StateRunning && !*force {
+			return fmt.Errorf("sandbox %s is running: stop it first (cove sandbox stop %s) or use rm -f: %w", id, id, sandbox.ErrState)
+		}
+		return rt.Delete(ctx, id)
+	}, stdout, "deleted")
+}
+
+// eachID runs fn for every id, printing "<verb> ID" for each success and
+// each failure's reason; it fails if any did.
+func eachID(ids []string, fn func(string) error, stdout io.Writer, verb string) error {
+	if len(ids) == 0 {
+		return fmt.Errorf("no sandbox id given: %w", ErrUsage)
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := fn(id); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			continue
+		}
+		fmt.Fprintf(stdout, "%s %s\n", verb, id)
+	}
+	return errors.Join(errs...)
+}
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
