@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,7 @@ import (
 // The runtime re-executes this binary as `<exe> guest ...` to start a
 // sandbox's daemon; TestMain plays that role.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "guest" {
+	if len(os.Args) > 1 && (os.Args[1] == "guest" || os.Args[1] == "local-shim" || os.Args[1] == "local-init") {
 		if err := Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			os.Exit(1)
 		}
@@ -92,5 +93,89 @@ func TestUsage(t *testing.T) {
 				t.Errorf("a usage error must print the usage; stderr %q", errOut)
 			}
 		})
+	}
+}
+
+// TestSandboxCLI drives `cove sandbox` through a sandbox's life.
+func TestSandboxCLI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the local runtime needs root (CI runs as root)")
+	}
+	home, err := os.MkdirTemp("", "cs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	t.Setenv("COVE_HOME", home)
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("cove %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	id := strings.TrimSpace(must("sandbox", "create", "--ttl", "10m", "--env", "GREETING=hi"))
+	t.Cleanup(func() { run(t, "sandbox", "rm", "-f", id) })
+	if !strings.HasPrefix(id, "sb-") {
+		t.Fatalf("create printed %q, want a sandbox id", id)
+	}
+	if out := must("sandbox", "ls"); !strings.Contains(out, id) || !strings.Contains(out, "running") {
+		t.Errorf("ls = %q, want %s running", out, id)
+	}
+	if out := must("sandbox", "exec", id, "--", "sh", "-c", "echo $GREETING; pwd; id -u"); out != "hi\n/workspace\n1000\n" {
+		t.Errorf("exec output %q", out)
+	}
+	_, _, err = run(t, "sandbox", "exec", id, "--", "sh", "-c", "exit 7")
+	if ExitCode(err) != 7 || Reportable(err) {
+		t.Errorf("exec exit 7: code %d (%v), want 7 and nothing printed", ExitCode(err), err)
+	}
+
+	src := t.TempDir()
+	os.MkdirAll(src+"/d/e", 0o755)
+	os.WriteFile(src+"/d/e/f.txt", []byte("folder file"), 0o644)
+	os.WriteFile(src+"/one.txt", []byte("one"), 0o644)
+	must("sandbox", "cp", src+"/one.txt", id+":/workspace/one.txt")
+	must("sandbox", "cp", src+"/d", id+":/workspace/")
+	if out := must("sandbox", "exec", id, "--", "cat", "one.txt", "d/e/f.txt"); out != "onefolder file" {
+		t.Errorf("files copied in: %q", out)
+	}
+	dst := t.TempDir()
+	must("sandbox", "cp", id+":/workspace/d", dst+"/back")
+	if data, _ := os.ReadFile(dst + "/back/e/f.txt"); string(data) != "folder file" {
+		t.Errorf("folder copied out: %q", data)
+	}
+	snap := filepath.Join(dst, "snap.tar")
+	must("sandbox", "snapshot", id, "-o", snap)
+	if fi, err := os.Stat(snap); err != nil || fi.Size() == 0 {
+		t.Errorf("snapshot file: %v", err)
+	}
+
+	fork := strings.TrimSpace(must("sandbox", "fork", id))
+	t.Cleanup(func() { run(t, "sandbox", "rm", "-f", fork) })
+	if out := must("sandbox", "exec", fork, "--", "cat", "one.txt"); out != "one" {
+		t.Errorf("fork sees %q, want the original's file", out)
+	}
+
+	must("sandbox", "stop", id)
+	_, errOut, err := run(t, "sandbox", "exec", id, "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "resume") {
+		t.Errorf("exec in a stopped sandbox: %v %s, want an error that says to resume", err, errOut)
+	}
+	_, _, err = run(t, "sandbox", "rm", id)
+	if err != nil {
+		t.Errorf("rm of a stopped sandbox: %v", err)
+	}
+	_, _, err = run(t, "sandbox", "rm", fork)
+	if err == nil || !strings.Contains(err.Error(), "rm -f") {
+		t.Errorf("rm of a running sandbox without -f: %v, want a refusal naming rm -f", err)
+	}
+	must("sandbox", "rm", "-f", fork)
+	if out := must("sandbox", "ls"); strings.Contains(out, id) || strings.Contains(out, fork) {
+		t.Errorf("ls after rm: %q", out)
+	}
+	_, _, err = run(t, "sandbox", "exec", "sb-nope", "--", "true")
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("exec in an unknown sandbox: %v", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -53,10 +55,11 @@ const (
 	mntName   = "mnt"      // where it is mounted; holds upper and work
 )
 
-// ioctls to freeze and thaw a filesystem (<linux/fs.h>).
+// ioctls to freeze, thaw and trim a filesystem (<linux/fs.h>).
 const (
 	fiFreeze = 0xC0045877 // FIFREEZE: _IOWR('X', 119, int)
 	fiThaw   = 0xC0045878 // FITHAW: _IOWR('X', 120, int)
+	fiTrim   = 0xC0185879 // FITRIM: _IOWR('X', 121, struct fstrim_range)
 )
 
 // detachWait bounds the wait for the kernel to free an autoclear loop
@@ -308,6 +311,16 @@ func (d *Disk) unmountLocked(lazy bool) error {
 		return fmt.Errorf("unmounting disk %s: %w", d.dir, err)
 	}
 	if mounted {
+		if !lazy {
+			// The overlay keeps the filesystem alive after its own
+			// mount is gone: refuse rather than leave it half-unmounted.
+			if users := overlaysOn(d.mnt()); len(users) > 0 {
+				return fmt.Errorf("unmounting disk %s: the overlay on %s uses it: stop the sandbox first: %w", d.dir, users[0], sandbox.ErrState)
+			}
+			// Give the blocks of deleted files back to the host, so a
+			// stopped sandbox's image holds only what its files use.
+			trim(d.mnt())
+		}
 		err := unix.Unmount(d.mnt(), 0)
 		if errors.Is(err, unix.EBUSY) && lazy {
 			err = unix.Unmount(d.mnt(), unix.MNT_DETACH)
@@ -448,6 +461,7 @@ func (d *Disk) Copy(ctx context.Context, dst string) (_ *Disk, err error) {
 		return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, err)
 	}
 	if mounted {
+		trim(d.mnt())
 		thaw, err := freeze(d.mnt())
 		if err != nil {
 			return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, err)
@@ -478,6 +492,70 @@ func freeze(dir string) (thaw func(), err error) {
 		unix.IoctlSetInt(int(f.Fd()), fiThaw, 0)
 		f.Close()
 	}, nil
+}
+
+// trim discards the free blocks of the filesystem mounted on dir; the
+// loop device punches them out of the image file. It syncs first: blocks
+// freed in the running journal transaction are not free to trim yet. Best
+// effort: a failure only leaves the image larger than it needs to be.
+func trim(dir string) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	unix.Syncfs(int(f.Fd()))
+	r := struct{ start, len, minLen uint64 }{0, math.MaxUint64, 0}
+	unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiTrim, uintptr(unsafe.Pointer(&r)))
+}
+
+// overlaysOn returns the overlay mounts (in this mount namespace) whose
+// upper or work dir is under dir.
+func overlaysOn(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var users []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 || g[0] != "overlay" {
+			continue
+		}
+		for _, opt := range strings.Split(g[2], ",") {
+			k, v, _ := strings.Cut(opt, "=")
+			v = unescapeMountinfo(v)
+			if (k == "upperdir" || k == "workdir") && (v == dir || strings.HasPrefix(v, dir+"/")) {
+				users = append(users, unescapeMountinfo(f[4]))
+				break
+			}
+		}
+	}
+	return users
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // Remove frees everything the disk holds: it unmounts the filesystem

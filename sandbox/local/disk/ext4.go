@@ -58,7 +58,8 @@ func format(ctx context.Context, image string, size int64) error {
 		return mapFull(err)
 	}
 	args := []string{"-q", "-F", "-t", "ext4", "-b", strconv.Itoa(blockSize), "-m", "0",
-		"-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", seed}
+		"-O", "sparse_super2,^resize_inode",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,num_backup_sb=0", "-d", seed}
 	if size >= 2<<30 {
 		args = append(args, "-J", "size=32")
 	}
