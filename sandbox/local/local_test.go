@@ -27,6 +27,8 @@ func TestMain(m *testing.M) {
 			err = InitMain(context.Background(), os.Args[2:], os.Stderr)
 		case "echo-server":
 			echoServer(os.Args[2])
+		case "probe":
+			probe(os.Args[2:])
 		default:
 			os.Exit(m.Run())
 		}

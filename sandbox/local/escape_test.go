@@ -1,0 +1,157 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// probe is the test binary's role inside a sandbox: it tries one thing
+// and prints "ok" or the errno's name, so the escape tests can assert the
+// exact outcome.
+func probe(args []string) {
+	var err error
+	switch args[0] {
+	case "dial":
+		var c net.Conn
+		c, err = net.DialTimeout("tcp", args[1], 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+	case "kill0":
+		pid, _ := strconv.Atoi(args[1])
+		err = unix.Kill(pid, 0)
+	case "mount":
+		err = unix.Mount("tmpfs", args[1], "tmpfs", 0, "")
+	case "read":
+		_, err = os.ReadFile(args[1])
+	case "write":
+		err = os.WriteFile(args[1], []byte("escape"), 0o644)
+	case "init_module":
+		_, _, e := unix.Syscall(unix.SYS_INIT_MODULE, 0, 0, 0)
+		if e != 0 {
+			err = e
+		}
+	case "unshare-user":
+		err = unix.Unshare(unix.CLONE_NEWUSER)
+	case "unshare-net":
+		err = unix.Unshare(unix.CLONE_NEWNET)
+	case "setuid0":
+		err = unix.Setuid(0)
+	case "chroot":
+		err = unix.Chroot("/tmp")
+	}
+	var errno syscall.Errno
+	switch {
+	case err == nil:
+		fmt.Println("ok")
+	case errors.As(err, &errno):
+		fmt.Println(unix.ErrnoName(errno))
+	case errors.Is(err, os.ErrNotExist):
+		fmt.Println("ENOENT")
+	default:
+		fmt.Println("error:", err)
+	}
+}
+
+// TestEscapes runs attempts to reach the host from inside a sandbox, as
+// the sandbox's user; each must fail the way the test says.
+func TestEscapes(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	exe, _ := os.Executable()
+	f, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.WriteFile(ctx, ".probe", f, 0o755)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Something on the host's loopback that the sandbox must not reach.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	// A host file outside any template.
+	secret, err := os.CreateTemp("/var/tmp", "cove-escape-secret-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.WriteString("host secret")
+	secret.Close()
+	defer os.Remove(secret.Name())
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"host loopback unreachable", []string{"dial", l.Addr().String()}, "ECONNREFUSED"},
+		{"no route out", []string{"dial", "192.0.2.1:80"}, "ENETUNREACH"},
+		{"host process invisible", []string{"kill0", strconv.Itoa(os.Getpid())}, "ESRCH"},
+		{"host /etc/shadow absent", []string{"read", "/etc/shadow"}, "ENOENT"},
+		{"host file outside the template absent", []string{"read", secret.Name()}, "ENOENT"},
+		{"host /root absent", []string{"read", "/root/.profile"}, "ENOENT"},
+		{"/usr read-only", []string{"write", "/usr/escape"}, "EROFS"},
+		{"/etc not the user's", []string{"write", "/etc/escape"}, "EACCES"},
+		{"mount refused", []string{"mount", "/tmp"}, "EPERM"},
+		// ENOSYS on kernels built without module support.
+		{"module loading refused", []string{"init_module"}, "EPERM|ENOSYS"},
+		{"setuid(0) refused", []string{"setuid0"}, "EPERM"},
+		{"chroot refused", []string{"chroot"}, "EPERM"},
+		{"new network namespace refused", []string{"unshare-net"}, "EPERM"},
+		{"workspace writable", []string{"write", "/workspace/ok"}, "ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "/workspace/.probe", Args: append([]string{"probe"}, tt.args...), Stdout: &out, Stderr: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(out.String()); !slices.Contains(strings.Split(tt.want, "|"), got) {
+				t.Errorf("%v: got %q (exit %+v), want %q", tt.args, got, st, tt.want)
+			}
+		})
+	}
+	// The setuid binaries of the host's /usr are on a nosuid mount.
+	var out strings.Builder
+	s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "grep ' /usr ' /proc/self/mountinfo"}, Stdout: &out})
+	if !strings.Contains(out.String(), "nosuid") || !strings.Contains(out.String(), "ro") {
+		t.Errorf("/usr mount %q: want ro,nosuid", out.String())
+	}
+	// Nothing the sandbox did reached the host.
+	if _, err := os.Stat("/usr/escape"); err == nil {
+		t.Error("a file appeared in the host's /usr")
+	}
+}
