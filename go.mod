@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/containerd/cgroups/v3 v3.1.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/landlock-lsm/go-landlock v0.11.2 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	golang.org/x/term v0.48.0 // indirect

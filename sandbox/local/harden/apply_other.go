@@ -1,0 +1,10 @@
+//go:build !linux
+
+package harden
+
+import "errors"
+
+// Apply fails everywhere but Linux: the layers it sets are Linux's.
+func Apply(opts Options) (Report, error) {
+	return Report{}, errors.New("hardening: only Linux has capabilities, seccomp and Landlock")
+}

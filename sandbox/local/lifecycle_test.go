@@ -1,0 +1,119 @@
+package local
+
+import (
+	"context"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// TestSupervisorKilled: SIGKILL of a sandbox's supervisor takes its
+// processes with it, and the next List shows the truth.
+func TestSupervisorKilled(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	if _, err := s.Start(ctx, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"300"}}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := readState(rt.dir(s.ID()))
+	syscall.Kill(st.ShimPID, syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(st.InitPID) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(st.InitPID) {
+		t.Fatalf("pid 1 of the sandbox (%d) outlived its supervisor", st.InitPID)
+	}
+	infos, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.ID == s.ID() && in.State != sandbox.StateStopped {
+			t.Errorf("List after the supervisor died: state %q, want stopped", in.State)
+		}
+	}
+	// It resumes with its disk.
+	if _, err := rt.Resume(ctx, s.ID()); err != nil {
+		t.Fatalf("resume after the supervisor died: %v", err)
+	}
+}
+
+// TestDeleteLeavesNothing checks the host after a delete: no mount, no
+// process, no directory.
+func TestDeleteLeavesNothing(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := rt.dir(s.ID())
+	st, _ := readState(dir)
+	s.Start(ctx, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"300"}})
+	if err := rt.Delete(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("state directory %s still exists (%v)", dir, err)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), dir) {
+		t.Errorf("a mount under %s is left on the host", dir)
+	}
+	for _, pid := range []int{st.ShimPID, st.InitPID} {
+		if alive(pid) {
+			t.Errorf("process %d of the deleted sandbox still runs", pid)
+		}
+	}
+	if _, err := rt.Get(ctx, s.ID()); err == nil {
+		t.Error("Get of a deleted sandbox succeeded")
+	}
+}
+
+// TestTTLStopsIdleSandbox: the supervisor enforces the TTL with nothing
+// else running, and the disk is kept.
+func TestTTLStopsIdleSandbox(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{TTL: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	s.WriteFile(ctx, "kept.txt", strings.NewReader("kept"), 0o644)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := readState(rt.dir(s.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Info.State == sandbox.StateStopped {
+			if st.StopReason != "ttl" {
+				t.Errorf("stop reason %q, want ttl", st.StopReason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the TTL did not stop the sandbox within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Resuming after the TTL is refused with a clear error.
+	if _, err := rt.Resume(ctx, s.ID()); err == nil || !strings.Contains(err.Error(), "TTL") {
+		t.Errorf("resume after the TTL: %v, want a refusal naming the TTL", err)
+	}
+	data, err := os.ReadFile(rt.dir(s.ID()) + "/upper/workspace/kept.txt")
+	if err != nil || string(data) != "kept" {
+		t.Errorf("disk after the TTL: %q %v", data, err)
+	}
+}
