@@ -289,6 +289,10 @@ func (s *Store) load(name string, r ref) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %q: its files are damaged (%v); remove it with `cove template rm %s` and build or import it again: %w", name, err, name, sandbox.ErrNotFound)
 	}
+	created := r.Created
+	if created.IsZero() {
+		created = m.Created
+	}
 	return &Template{
 		Name:    name,
 		Digest:  r.Digest,
@@ -296,7 +300,7 @@ func (s *Store) load(name string, r ref) (*Template, error) {
 		Binds:   m.Binds,
 		Config:  m.Config,
 		Size:    m.Size,
-		Created: r.Created,
+		Created: created,
 		Source:  m.Source,
 	}, nil
 }
@@ -471,6 +475,26 @@ func (s *Store) cleanTmp() {
 // there already. It refuses a name that exists (sandbox.ErrExist). tmp is
 // gone afterwards either way.
 func (s *Store) commit(ctx context.Context, name, tmp string, m meta) (*Template, error) {
+	return s.store(ctx, tmp, m, func(idx *index, r ref) error {
+		if _, ok := idx.Refs[name]; ok {
+			return existErr(name)
+		}
+		idx.Refs[name] = r
+		return nil
+	}, name)
+}
+
+// commitHost is commit for a generation of the host template.
+func (s *Store) commitHost(ctx context.Context, tmp string, m meta, stamp string) (*Template, error) {
+	return s.store(ctx, tmp, m, func(idx *index, r ref) error {
+		idx.Host = &hostRef{Stamp: stamp, Digest: r.Digest}
+		return nil
+	}, HostName)
+}
+
+// store hashes and stores the tree in tmp and, under the exclusive lock,
+// lets name record it in the index.
+func (s *Store) store(ctx context.Context, tmp string, m meta, record func(*index, ref) error, name string) (*Template, error) {
 	defer removeTree(tmp)
 	digest, size, err := digestTree(ctx, filepath.Join(tmp, "rootfs"), m.Config, m.Binds)
 	if err != nil {
@@ -499,8 +523,9 @@ func (s *Store) commit(ctx context.Context, name, tmp string, m meta) (*Template
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := idx.Refs[name]; ok {
-		return nil, existErr(name)
+	r := ref{Digest: digest, Created: m.Created}
+	if err := record(idx, r); err != nil {
+		return nil, err
 	}
 	blob, err := s.blobDir(digest)
 	if err != nil {
@@ -513,8 +538,6 @@ func (s *Store) commit(ctx context.Context, name, tmp string, m meta) (*Template
 	} else if err != nil {
 		return nil, fmt.Errorf("storing template %q: %w", name, err)
 	}
-	r := ref{Digest: digest, Created: m.Created}
-	idx.Refs[name] = r
 	if err := s.writeIndex(idx); err != nil {
 		return nil, fmt.Errorf("storing template %q: %w", name, err)
 	}

@@ -24,6 +24,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 500, "exec round trips to time")
 	mb := fs.Int("mb", 256, "megabytes to upload and download")
+	runs := fs.Int("runs", 100, "runs per measure for the local runtime and its peers")
+	guestOnly := fs.Bool("guest-only", false, "measure only the daemon, not the local runtime")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -91,7 +93,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(tw, "upload %d MiB\t%.0f MB/s\t\t\t>= 300 MB/s\n", *mb, float64(size)/up.Seconds()/1e6)
 	fmt.Fprintf(tw, "download %d MiB\t%.0f MB/s\t\t\t\n", *mb, float64(size)/down.Seconds()/1e6)
 	fmt.Fprintf(tw, "sandbox create\t%s\t\t\t\n", fmtDur(createTime))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if *guestOnly {
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	return benchLocal(ctx, *runs, stdout, stderr)
 }
 
 type zeroReader struct{}

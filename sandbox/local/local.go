@@ -428,3 +428,16 @@ func (r *Runtime) destroy(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// Processes returns the host pids of a running sandbox's supervisor and
+// pid 1, for measuring what a sandbox costs.
+func (r *Runtime) Processes(id string) ([]int, error) {
+	st, err := r.load(id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Info.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %q is not running: %w", id, sandbox.ErrState)
+	}
+	return []int{st.ShimPID, st.InitPID}, nil
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -72,7 +73,12 @@ func assertGone(t *testing.T, d *Disk) {
 	if strings.Contains(string(mounts), d.Dir()) {
 		t.Errorf("a mount under %s is left in /proc/self/mounts", d.Dir())
 	}
-	if devs := waitDetached(filepath.Join(d.Dir(), imageName), detachWait); len(devs) > 0 {
+	image := filepath.Join(d.Dir(), imageName)
+	deadline := time.Now().Add(detachWait)
+	for len(loopsBacking(image)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if devs := loopsBacking(image); len(devs) > 0 {
 		t.Errorf("loop devices %v still bound to the removed image", devs)
 	}
 	if _, err := os.Stat(d.Dir()); !errors.Is(err, os.ErrNotExist) {

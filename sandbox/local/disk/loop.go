@@ -124,13 +124,43 @@ func loopsBacking(image string) []string {
 	return devs
 }
 
-// waitDetached waits until no loop device is bound to image: the kernel
-// clears an autoclear device asynchronously after its last user leaves.
+// imageBusy reports whether something holds image open for writing: a
+// loop device bound to it does. A read lease is granted only on a file no
+// one has open for writing, so trying to take one answers in O(1); where
+// leases are unsupported, the loop devices' sysfs entries are scanned
+// instead (O(number of loop devices)).
+func imageBusy(image string) bool {
+	f, err := os.Open(image)
+	if err != nil {
+		return false
+	}
+	defer f.Close() // closing drops the lease too
+	_, err = unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_RDLCK)
+	switch {
+	case err == nil:
+		unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+		return false
+	case errors.Is(err, unix.EAGAIN):
+		return true
+	default:
+		return len(loopsBacking(image)) > 0
+	}
+}
+
+// waitDetached waits until no loop device is bound to image, for at most
+// timeout, and returns those still bound: the kernel clears an autoclear
+// device asynchronously after its last user leaves.
 func waitDetached(image string, timeout time.Duration) []string {
 	deadline := time.Now().Add(timeout)
 	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
-		devs := loopsBacking(image)
-		if len(devs) == 0 || time.Now().After(deadline) {
+		if !imageBusy(image) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			devs := loopsBacking(image)
+			if len(devs) == 0 {
+				devs = []string{"(an open file)"}
+			}
 			return devs
 		}
 		time.Sleep(delay)
