@@ -11,8 +11,10 @@ export PATH := $(GOBIN):/usr/local/go/bin:$(PATH)
 deps:
 	@./scripts/deps.sh
 
+# A static binary starts about 1 ms faster, and sandboxes start it twice
+# (supervisor and pid 1).
 build:
-	$(GO) build -o bin/cove ./cmd/cove
+	CGO_ENABLED=0 $(GO) build -o bin/cove ./cmd/cove
 
 run: deps build
 	./bin/cove demo

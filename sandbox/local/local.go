@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"net"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -255,9 +256,29 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 		return err
 	}
 	defer logf.Close()
+	// The daemon's socket is opened here and handed down (supervisor, then
+	// pid 1): a client can connect at once, the kernel queues it, and the
+	// first health check is answered the moment the daemon serves, with no
+	// polling.
+	sock := filepath.Join(dir, "guest.sock")
+	os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("opening the daemon's socket: %w", err)
+	}
+	os.Chmod(sock, 0o600)
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	lf, err := ul.File()
+	ul.Close()
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
 	args := append(append([]string(nil), r.cfg.Command[1:]...), "local-shim", "--dir", dir)
 	args = append(args, r.cfg.Command...) // how the shim re-runs this binary as local-init
 	cmd := exec.Command(r.cfg.Command[0], args...)
+	cmd.ExtraFiles = []*os.File{lf}
 	// A clean environment: the caller's secrets stay out of the sandbox.
 	cmd.Env = []string{"PATH=" + defaultPath}
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -268,14 +289,14 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 
-	c, err := guest.NewClient("unix://"+filepath.Join(dir, "guest.sock"), guest.ClientOptions{AccessToken: st.Token, DialRetry: time.Millisecond})
+	c, err := guest.NewClient("unix://"+sock, guest.ClientOptions{AccessToken: st.Token, DialRetry: time.Millisecond})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	deadline := time.Now().Add(15 * time.Second)
-	for delay := 200 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		err := c.Health(hctx)
 		cancel()
 		if err == nil {
@@ -294,7 +315,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
 			return fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", lastLines(string(log), 4), sandbox.ErrUnavailable)
 		}
-		time.Sleep(delay)
+		time.Sleep(time.Millisecond)
 	}
 }
 

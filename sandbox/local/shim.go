@@ -47,20 +47,14 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	sock := filepath.Join(dir, "guest.sock")
-	os.Remove(sock)
-	l, err := net.Listen("unix", sock)
+	// The daemon's listening socket comes from the runtime as fd 3 and
+	// goes to pid 1 the same way.
+	lf := os.NewFile(listenFD, "guest.sock")
+	fl, err := net.FileListener(lf)
 	if err != nil {
-		return fmt.Errorf("opening the daemon's socket: %w", err)
+		return fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", listenFD, err)
 	}
-	os.Chmod(sock, 0o600)
-	ul := l.(*net.UnixListener)
-	lf, err := ul.File()
-	ul.SetUnlinkOnClose(false)
-	ul.Close() // the duplicate in lf keeps the socket open for pid 1
-	if err != nil {
-		return err
-	}
-
+	fl.Close()
 	cmd := exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
 	cmd.Env = []string{"PATH=" + defaultPath, guest.TokenEnv + "=" + st.Token}
 	cmd.ExtraFiles = []*os.File{lf}

@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cove-sandbox/cove/template"
+)
+
+const templateUsage = `Usage:
+  cove template ls                                   list the templates
+  cove template build NAME [--packages P1,P2,...]    build one from Debian packages (minbase + packages)
+        [--suite bookworm] [--mirror URL] [--tool mmdebstrap|debootstrap]
+  cove template import NAME FILE.tar                 import a docker save or OCI image tarball ("-" reads stdin)
+  cove template rm NAME...                           remove templates no sandbox uses
+
+Every subcommand takes --state-dir DIR (default $COVE_HOME: ~/.cove, or
+/var/lib/cove as root); templates live in DIR/templates. The "host"
+template (the host's /usr, read-only) is built in.
+`
+
+// templateInUse returns the function that tells whether a sandbox under
+// stateDir, running or stopped, uses the template with a given digest.
+// The runtime's wiring sets it; until a runtime records which template
+// its sandboxes use, nothing is in use.
+var templateInUse = func(ctx context.Context, stateDir string) (func(digest string) bool, error) {
+	return func(string) bool { return false }, nil
+}
+
+// templateCmd implements `cove template build|import|ls|rm`.
+func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, templateUsage)
+		return ErrUsage
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("template "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, templateUsage) }
+	stateDir := fs.String("state-dir", "", "cove's state directory (templates are in DIR/templates)")
+	var packages, suite, mirror, tool *string
+	switch sub {
+	case "build":
+		packages = fs.String("packages", "", "comma-separated Debian packages to install on top of minbase")
+		suite = fs.String("suite", template.DefaultSuite, "Debian release")
+		mirror = fs.String("mirror", template.DefaultMirror, "Debian mirror URL")
+		tool = fs.String("tool", "", "bootstrapper: mmdebstrap or debootstrap (default: mmdebstrap when installed)")
+	case "ls", "list", "import", "rm", "remove":
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, templateUsage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "cove template: unknown subcommand %q\n\n%s", sub, templateUsage)
+		return ErrUsage
+	}
+	pos, err := templateArgs(fs, args)
+	if err != nil {
+		return ErrUsage
+	}
+	dir := *stateDir
+	if dir == "" {
+		dir = home()
+	}
+	st, err := template.Open(filepath.Join(dir, "templates"))
+	if err != nil {
+		return err
+	}
+	progress := func(line string) { fmt.Fprintln(stderr, "  "+line) }
+
+	switch sub {
+	case "ls", "list":
+		if len(pos) != 0 {
+			return templateUsageError(stderr, "cove template ls takes no arguments")
+		}
+		ts, err := st.List()
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED\tSOURCE")
+		for _, t := range ts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, templateDigest(t.Digest), templateSize(t.Size), t.Created.Local().Format(time.DateTime), t.Source)
+		}
+		return tw.Flush()
+
+	case "build":
+		if len(pos) != 1 {
+			return templateUsageError(stderr, "cove template build takes one NAME")
+		}
+		var pkgs []string
+		for _, p := range strings.Split(*packages, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				pkgs = append(pkgs, p)
+			}
+		}
+		fmt.Fprintf(stderr, "→ building template %s\n", pos[0])
+		t, err := st.Build(ctx, pos[0], template.BuildOptions{
+			Packages: pkgs, Suite: *suite, Mirror: *mirror, Tool: *tool, Progress: progress,
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, templateSize(t.Size))
+		return nil
+
+	case "import":
+		if len(pos) != 2 {
+			return templateUsageError(stderr, "cove template import takes NAME and FILE.tar (- for stdin)")
+		}
+		var r io.Reader = os.Stdin
+		if pos[1] != "-" {
+			f, err := os.Open(pos[1])
+			if err != nil {
+				return fmt.Errorf("importing template %q: %w", pos[0], err)
+			}
+			defer f.Close()
+			r = f
+		}
+		fmt.Fprintf(stderr, "→ importing template %s from %s\n", pos[0], pos[1])
+		t, err := st.Import(ctx, pos[0], r, progress)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, templateSize(t.Size))
+		return nil
+
+	default: // rm
+		if len(pos) == 0 {
+			return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
+		}
+		inUse, err := templateInUse(ctx, dir)
+		if err != nil {
+			return err
+		}
+		for _, name := range pos {
+			if err := st.Remove(name, inUse); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "removed template %s\n", name)
+		}
+		return nil
+	}
+}
+
+// templateArgs parses flags that may come before, between or after
+// the positional arguments ("build NAME --packages x"); "--" ends flags.
+func templateArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func templateUsageError(stderr io.Writer, msg string) error {
+	fmt.Fprintf(stderr, "%s\n\n%s", msg, templateUsage)
+	return ErrUsage
+}
+
+// templateDigest is a digest's first 12 hex digits.
+func templateDigest(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	return d
+}
+
+// templateSize formats bytes as "12.3 MB".
+func templateSize(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, i := float64(n), 0
+	for f >= unit && i < 4 {
+		f /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %cB", f, " kMGT"[i])
+}
