@@ -2,6 +2,7 @@ package guest
 
 import (
 	"archive/tar"
+	"bufio"
 	"compress/gzip"
 	"context"
 	"encoding/base64"
@@ -350,7 +351,14 @@ func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": tarName(sp)}))
 	cw := &countWriter{w: w}
-	if err := tarball.Write(r.Context(), cw, hp); err != nil {
+	// Tar writes a 512-byte header per member: batch them into large
+	// chunks, or a tree of small files goes out in tiny HTTP chunks.
+	bw := bufio.NewWriterSize(cw, 256<<10)
+	err = tarball.Write(r.Context(), bw, hp)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
 		if cw.n == 0 && r.Context().Err() == nil {
 			f.httpError(w, err)
 			return

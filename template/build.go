@@ -126,6 +126,9 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (*Tem
 	if err := cleanBuild(root); err != nil {
 		return nil, fmt.Errorf("building template %q: cleaning the tree: %w", name, err)
 	}
+	if err := ensureMountPoints(root); err != nil {
+		return nil, fmt.Errorf("building template %q: %w", name, err)
+	}
 	note, err := ensureUser(root, "", os.Geteuid() == 0)
 	if err != nil {
 		return nil, fmt.Errorf("building template %q: %w", name, err)

@@ -53,7 +53,8 @@ import (
 // The template's Config takes Env, WorkingDir and User from the image
 // config (Entrypoint and Cmd do not apply: sandboxes run the daemon). The
 // sandbox user, uid 1000, is added to /etc/passwd unless the image has
-// uid 1000 or names a non-root User of its own (see ensureUser).
+// uid 1000 or names a non-root User of its own (see ensureUser), and the
+// mount points /dev, /proc, /sys and /tmp are created when missing.
 //
 // progress (may be nil) receives a line per layer ("layer 2/5 (12.3 MB)")
 // and notes as the import goes. An existing name is sandbox.ErrExist; a
@@ -110,11 +111,18 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader, progress f
 		start := time.Now()
 		progress(fmt.Sprintf("layer %d/%d (%s)...", i+1, len(img.layers), humanSize(l.size)))
 		if err := arch.applyLayer(u, l); err != nil {
-			return nil, wrap(fmt.Errorf("layer %d/%d (%s): %w", i+1, len(img.layers), l.name, err))
+			label := l.name
+			if l.digest != "" {
+				label = "sha256:" + shortDigest(l.digest)
+			}
+			return nil, wrap(fmt.Errorf("layer %d/%d (%s): %w", i+1, len(img.layers), label, err))
 		}
 		progress(fmt.Sprintf("layer %d/%d done in %s", i+1, len(img.layers), time.Since(start).Round(time.Millisecond)))
 	}
 	if err := u.finish(); err != nil {
+		return nil, wrap(err)
+	}
+	if err := ensureMountPoints(root); err != nil {
 		return nil, wrap(err)
 	}
 	note, err := ensureUser(root, img.config.User, chown)

@@ -138,3 +138,34 @@ func appendLine(root *os.Root, name, old, line string) error {
 	}
 	return nil
 }
+
+// mountPoints are the directories every template has, so that the runtime
+// can mount /dev, /proc, /sys and /tmp without changing the template.
+var mountPoints = []struct {
+	name string
+	mode fs.FileMode
+}{{"dev", 0o755}, {"proc", 0o555}, {"sys", 0o555}, {"tmp", 0o777 | fs.ModeSticky}}
+
+// ensureMountPoints creates the missing mountPoints. One that exists as
+// something else than a directory is an error wrapping sandbox.ErrInvalid.
+func ensureMountPoints(root *os.Root) error {
+	for _, m := range mountPoints {
+		fi, err := root.Lstat(m.name)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := root.Mkdir(m.name, 0o700); err != nil {
+				return err
+			}
+			if err := root.Chmod(m.name, m.mode); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("/%s is a %v, not a directory; the runtime mounts its own /%s there: %w", m.name, fi.Mode().Type(), m.name, sandbox.ErrInvalid)
+		}
+	}
+	return nil
+}

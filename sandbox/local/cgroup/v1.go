@@ -1,0 +1,209 @@
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// cfsPeriod is the CFS bandwidth period, in microseconds, that CPU quotas
+// are expressed in (the kernel's default, 100 ms).
+const cfsPeriod = 100_000
+
+// minQuota is the smallest CFS quota the kernel accepts, in microseconds.
+const minQuota = 1000
+
+// cpuQuota converts a number of cores to a quota per cfsPeriod.
+func cpuQuota(cpus float64) int64 {
+	return max(int64(math.Round(cpus*cfsPeriod)), minQuota)
+}
+
+// v1Mount returns the directory the v1 hierarchies are mounted under
+// (/sys/fs/cgroup), as containerd/cgroups finds it: the parent of the
+// first cgroup mount in mountinfo.
+func v1Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 10 && fields[len(fields)-3] == "cgroup" {
+			return filepath.Dir(fields[4]), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("no cgroup v1 hierarchy is mounted: %w", sandbox.ErrUnavailable)
+}
+
+// v1Root puts "cove" under this process's cgroup in each mounted v1
+// hierarchy the package uses.
+func v1Root(v Version) (*Root, error) {
+	mount, err := v1Mount()
+	if err != nil {
+		return nil, err
+	}
+	own := cgroup1.NestedPath("")
+	r := &Root{version: v, dirs: map[string]string{}}
+	for _, c := range v1Controllers {
+		hier := filepath.Join(mount, c)
+		if _, err := os.Stat(hier); err != nil {
+			continue // not mounted
+		}
+		p, err := own(cgroup1.Name(c))
+		if err != nil {
+			continue // this process is not in that hierarchy
+		}
+		r.dirs[c] = filepath.Join(hier, p, parentName)
+	}
+	if len(r.dirs) == 0 {
+		return nil, fmt.Errorf("none of the cgroup v1 controllers %s is mounted under %s: %w", strings.Join(v1Controllers, ", "), mount, sandbox.ErrUnavailable)
+	}
+	return r, nil
+}
+
+// v1Hierarchy returns the subsystems of the root's hierarchies and the
+// path function for the group name, in containerd/cgroups' terms: paths
+// relative to each hierarchy's mount.
+func (r *Root) v1Hierarchy(name string) (cgroup1.Hierarchy, cgroup1.Path, error) {
+	mount, err := v1Mount()
+	if err != nil {
+		return nil, nil, err
+	}
+	var subs []cgroup1.Subsystem
+	rel := map[cgroup1.Name]string{}
+	for _, c := range v1Controllers {
+		d, ok := r.dirs[c]
+		if !ok {
+			continue
+		}
+		hier := filepath.Join(mount, c)
+		p, err := filepath.Rel(hier, filepath.Join(d, name))
+		if err != nil || strings.HasPrefix(p, "..") {
+			return nil, nil, fmt.Errorf("%s is not under the %s hierarchy %s: %w", d, c, hier, sandbox.ErrInvalid)
+		}
+		rel[cgroup1.Name(c)] = "/" + p
+		switch c {
+		case Memory:
+			subs = append(subs, cgroup1.NewMemory(mount, cgroup1.OptionalSwap()))
+		case CPU:
+			subs = append(subs, cgroup1.NewCpu(mount))
+		case CPUAcct:
+			subs = append(subs, cgroup1.NewCpuacct(mount))
+		case Pids:
+			subs = append(subs, cgroup1.NewPids(mount))
+		case Freezer:
+			subs = append(subs, cgroup1.NewFreezer(mount))
+		}
+	}
+	hierarchy := func() ([]cgroup1.Subsystem, error) { return subs, nil }
+	path := func(n cgroup1.Name) (string, error) {
+		if p, ok := rel[n]; ok {
+			return p, nil
+		}
+		return "", cgroup1.ErrControllerNotActive
+	}
+	return hierarchy, path, nil
+}
+
+// missing names a limit whose controller the root lacks, with what to do.
+func missing(v Version, controller, limit string) error {
+	how := "mount its cgroup v1 hierarchy (mount -t cgroup -o " + controller + " cgroup /sys/fs/cgroup/" + controller + ")"
+	if v == V2 {
+		how = "enable it for this process's cgroup (in the parent's cgroup.subtree_control; for a systemd service, Delegate=yes)"
+	}
+	return fmt.Errorf("the %s controller is not available (%s host): the %s limit cannot be enforced; %s, or run without a %s limit: %w",
+		controller, v, limit, how, limit, sandbox.ErrUnavailable)
+}
+
+func (r *Root) newV1(name string, l Limits) (*Group, error) {
+	res := &specs.LinuxResources{}
+	if l.MemoryBytes > 0 {
+		d, ok := r.dirs[Memory]
+		if !ok {
+			return nil, missing(r.version, Memory, "memory")
+		}
+		m := l.MemoryBytes
+		res.Memory = &specs.LinuxMemory{Limit: &m}
+		// Without swap accounting (no memsw files) swap cannot be
+		// limited separately; memory.limit_in_bytes still holds.
+		if _, err := os.Stat(filepath.Join(filepath.Dir(d), "memory.memsw.limit_in_bytes")); err == nil {
+			res.Memory.Swap = &m
+		}
+	}
+	if l.CPUs > 0 {
+		if _, ok := r.dirs[CPU]; !ok {
+			return nil, missing(r.version, CPU, "CPU")
+		}
+		q, p := cpuQuota(l.CPUs), uint64(cfsPeriod)
+		res.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+	}
+	if l.Pids > 0 {
+		if _, ok := r.dirs[Pids]; !ok {
+			return nil, missing(r.version, Pids, "pids")
+		}
+		res.Pids = &specs.LinuxPids{Limit: int64(l.Pids)}
+	}
+	hier, path, err := r.v1Hierarchy(name)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroup1.New(path, res, cgroup1.WithHierarchy(hier))
+	if err != nil {
+		g := &Group{root: r, name: name, fd: -1}
+		g.removeDirs(time.Second)
+		return nil, err
+	}
+	return &Group{root: r, name: name, v1: cg, fd: -1}, nil
+}
+
+func (r *Root) loadV1(name string) (*Group, error) {
+	hier, path, err := r.v1Hierarchy(name)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroup1.Load(path, cgroup1.WithHierarchy(hier))
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil, fmt.Errorf("%w: %w", err, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Group{root: r, name: name, v1: cg, fd: -1}, nil
+}
+
+func (g *Group) statsV1() (Stats, error) {
+	m, err := g.v1.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return Stats{}, err
+	}
+	var s Stats
+	if m.Memory != nil && m.Memory.Usage != nil {
+		s.MemoryBytes = int64(m.Memory.Usage.Usage)
+		s.MemoryPeak = int64(m.Memory.Usage.Max)
+	}
+	if m.MemoryOomControl != nil {
+		s.OOMKills = int64(m.MemoryOomControl.OomKill)
+	}
+	if m.CPU != nil && m.CPU.Usage != nil {
+		s.CPUUsage = time.Duration(m.CPU.Usage.Total)
+	}
+	if m.Pids != nil {
+		s.Pids = int(m.Pids.Current)
+	}
+	return s, nil
+}
