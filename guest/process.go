@@ -96,6 +96,9 @@ func newProcessManager(s *Server) *processManager {
 	if f, n := oomKills(); n >= 0 {
 		m.oomSeen[f] = n
 	}
+	if s.cfg.OOMCounter != nil {
+		m.oomSeen["runtime"] = s.cfg.OOMCounter()
+	}
 	return m
 }
 
@@ -488,6 +491,9 @@ func (m *processManager) pruneLocked() {
 // a process died of SIGKILL, so the counter is not read on every start.
 func (m *processManager) oomKilled() bool {
 	f, n := oomKills()
+	if m.srv.cfg.OOMCounter != nil {
+		f, n = "runtime", m.srv.cfg.OOMCounter()
+	}
 	if n < 0 {
 		return false
 	}

@@ -58,6 +58,10 @@ type Config struct {
 	// real daemon sets it, since it steals children from any other code
 	// in the same process.
 	Reap bool
+	// OOMCounter, when set, reads the sandbox's count of OOM kills (the
+	// runtime may have opened its cgroup file before hiding /sys);
+	// otherwise the daemon finds its memory cgroup through /proc.
+	OOMCounter func() int64
 	// Logger receives the daemon's logs; nil discards them.
 	Logger *slog.Logger
 }

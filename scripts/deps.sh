@@ -8,6 +8,12 @@ command -v git >/dev/null || need+=(git)
 command -v stty >/dev/null || need+=(coreutils)
 command -v make >/dev/null || need+=(make)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+# The local runtime's capped disks are ext4 images; templates are built
+# from Debian packages.
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v cp >/dev/null || need+=(coreutils)
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2

@@ -2,12 +2,15 @@ package template
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // TestBuild bootstraps a real Debian minbase tree with one small extra
@@ -31,12 +34,44 @@ func TestBuild(t *testing.T) {
 		t.Skipf("the Debian mirror answers %s", resp.Status)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	st, err := Open(t.TempDir())
+	st, err := Open(tempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// Cancelled halfway: the bootstrapper's processes are killed and its
+	// tree, mounts included, is gone.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	_, err = st.Build(ctx, "cancelled", BuildOptions{Tool: filepath.Base(tool)})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Build past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(st.Dir(), "tmp")); len(entries) != 0 {
+		t.Errorf("tmp holds %d entries after a cancelled Build", len(entries))
+	}
+	if ms, _ := mountsUnder(st.Dir()); len(ms) != 0 {
+		t.Errorf("mounts left after a cancelled Build: %v", ms)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), st.Dir()) {
+			t.Errorf("process %s still runs: %q", p, b)
+		}
+	}
+
+	// A package the mirror does not have is named in the error.
+	ctx, cancel = context.WithTimeout(t.Context(), time.Minute)
+	_, err = st.Build(ctx, "unknown", BuildOptions{Tool: filepath.Base(tool), Packages: []string{"cove-no-such-package"}})
+	cancel()
+	if !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "cove-no-such-package") {
+		t.Errorf("Build with an unknown package: %v, want ErrNotFound naming it", err)
+	} else {
+		t.Logf("unknown package: %v", err)
+	}
+
+	ctx, cancel = context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	var lines []string
 	start := time.Now()
 	tmpl, err := st.Build(ctx, "hello", BuildOptions{

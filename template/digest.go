@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -60,6 +61,15 @@ type digester struct {
 
 func (d *digester) dir(host, rel string) error {
 	entries, err := os.ReadDir(host) // sorted by name
+	if errors.Is(err, fs.ErrPermission) {
+		// Without root, a tree we extracted is ours but may hold a
+		// directory without read or search permission: lend it for the
+		// walk.
+		if restore, ok := lendPermission(host, 0o500); ok {
+			defer restore()
+			entries, err = os.ReadDir(host)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -117,6 +127,12 @@ func (d *digester) dir(host, rel string) error {
 
 func (d *digester) file(p string, st *syscall.Stat_t) (string, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrPermission) { // /etc/shadow is 0000 on some distributions
+		if restore, ok := lendPermission(p, 0o400); ok {
+			f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+			restore()
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -133,4 +149,19 @@ func (d *digester) file(p string, st *syscall.Stat_t) (string, error) {
 		d.size += n
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// lendPermission adds the owner permission bits to p (which the caller
+// owns and has checked is not a symlink) and returns how to restore the
+// mode.
+func lendPermission(p string, bits fs.FileMode) (restore func(), ok bool) {
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, false
+	}
+	mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	if os.Chmod(p, mode|bits) != nil {
+		return nil, false
+	}
+	return func() { os.Chmod(p, mode) }, true
 }

@@ -140,10 +140,7 @@ func makeHostRoot(dir string) (binds []string, err error) {
 		{"mnt", 0o755}, {"opt", 0o755},
 	}
 	for _, d := range dirs {
-		if err := root.Mkdir(d.name, 0o700); err != nil {
-			return nil, err
-		}
-		if err := root.Chmod(d.name, d.mode); err != nil {
+		if err := mkdirMode(root, d.name, d.mode); err != nil {
 			return nil, err
 		}
 	}
@@ -168,7 +165,7 @@ func makeHostRoot(dir string) (binds []string, err error) {
 				return nil, err
 			}
 		case fi.IsDir():
-			if err := root.Mkdir(t, 0o755); err != nil {
+			if err := mkdirMode(root, t, 0o755); err != nil {
 				return nil, err
 			}
 			binds = append(binds, "/"+t)
@@ -229,8 +226,12 @@ func copyHost(root *os.Root, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	if err := root.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
+	if parent := filepath.Dir(dst); parent != "etc" {
+		if _, err := root.Lstat(parent); errors.Is(err, fs.ErrNotExist) {
+			if err := mkdirMode(root, parent, 0o755); err != nil { // etc/ssl
+				return err
+			}
+		}
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -252,7 +253,7 @@ func copyHost(root *os.Root, src, dst string) error {
 		}
 		return root.Chmod(dst, fi.Mode().Perm()&0o755)
 	case fi.IsDir():
-		if err := root.Mkdir(dst, 0o755); err != nil {
+		if err := mkdirMode(root, dst, 0o755); err != nil {
 			return err
 		}
 		entries, err := os.ReadDir(src)

@@ -13,7 +13,7 @@ import (
 )
 
 func TestHost(t *testing.T) {
-	st, err := Open(t.TempDir())
+	st, err := Open(tempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}

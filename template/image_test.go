@@ -31,7 +31,7 @@ type entry struct {
 	typ  byte // tar.Type*; 0 means a regular file
 	body string
 	link string
-	mode int64
+	mode int64 // 0 means 0644 (0755 for directories), -1 means 0
 	uid  int
 }
 
@@ -45,11 +45,14 @@ func layerTar(t *testing.T, entries ...entry) []byte {
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 		}
-		if h.Mode == 0 {
+		switch h.Mode {
+		case 0:
 			h.Mode = 0o644
 			if h.Typeflag == tar.TypeDir {
 				h.Mode = 0o755
 			}
+		case -1:
+			h.Mode = 0
 		}
 		if h.Typeflag == tar.TypeReg {
 			h.Size = int64(len(e.body))
@@ -290,7 +293,7 @@ func TestImport(t *testing.T) {
 	var digests []string
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := Open(t.TempDir())
+			st, err := Open(tempDir(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,7 +345,7 @@ func TestImport(t *testing.T) {
 // An image that names its own user gets no uid 1000 added.
 func TestImportImageUser(t *testing.T) {
 	l := layerTar(t, entry{name: "etc/passwd", body: "root:x:0:0::/root:/bin/sh\napp:x:2000:2000::/app:/bin/sh\n"})
-	st, err := Open(t.TempDir())
+	st, err := Open(tempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +403,7 @@ func TestImportHostile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
+			dir := tempDir(t)
 			st, err := Open(filepath.Join(dir, "store"))
 			if err != nil {
 				t.Fatal(err)
@@ -454,7 +457,7 @@ func TestImportDamaged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := Open(t.TempDir())
+			st, err := Open(tempDir(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -478,7 +481,7 @@ func TestImportFromFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	st, err := Open(t.TempDir())
+	st, err := Open(tempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,5 +500,33 @@ func TestImportFromFile(t *testing.T) {
 	sort.Strings(names)
 	if len(names) < 10 {
 		t.Errorf("imported tree has only %v", names)
+	}
+}
+
+// Files and directories without owner permission are kept as they are,
+// also when the import does not run as root (and so cannot bypass them).
+func TestImportUnreadable(t *testing.T) {
+	l := layerTar(t,
+		entry{name: "etc/shadow", body: "root:*:1::::::\n", mode: -1},
+		entry{name: "locked/", typ: tar.TypeDir, mode: -1},
+		entry{name: "locked/inner", body: "x"},
+	)
+	st, err := Open(tempDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := st.Import(t.Context(), "locked", bytes.NewReader(ociTarball(t, imageConfigJSON(nil, "", ""), l)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]fs.FileMode{"etc/shadow": 0, "locked": fs.ModeDir} {
+		fi, err := os.Lstat(filepath.Join(tmpl.RootFS, name))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s: mode %v (%v), want %v", name, fi.Mode(), err, want)
+		}
+	}
+	again, err := st.Import(t.Context(), "again", bytes.NewReader(ociTarball(t, imageConfigJSON(nil, "", ""), l)), nil)
+	if err != nil || again.Digest != tmpl.Digest {
+		t.Errorf("second import: %v, digest %s, want %s", err, again.Digest, tmpl.Digest)
 	}
 }

@@ -205,7 +205,7 @@ func (u *unpacker) parents(hdr *tar.Header, name string, create bool) error {
 			if !create {
 				return err
 			}
-			if err := u.root.Mkdir(cur, 0o755); err != nil {
+			if err := mkdirMode(u.root, cur, 0o755); err != nil {
 				return err
 			}
 			u.written[cur] = true
@@ -236,7 +236,7 @@ func (u *unpacker) opaque(dir string) error {
 	}
 	fi, err := u.root.Lstat(open)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := u.root.Mkdir(open, 0o755); err != nil {
+		if err := mkdirMode(u.root, open, 0o755); err != nil {
 			return err
 		}
 		u.written[open] = true
@@ -420,4 +420,12 @@ func (u *unpacker) finish() error {
 		}
 	}
 	return nil
+}
+
+// mkdirMode makes a directory with exactly this mode, whatever the umask.
+func mkdirMode(root *os.Root, name string, mode fs.FileMode) error {
+	if err := root.Mkdir(name, 0o700); err != nil {
+		return err
+	}
+	return root.Chmod(name, mode)
 }

@@ -75,8 +75,10 @@ func ensureUser(root *os.Root, imageUser string, chown bool) (string, error) {
 			break
 		}
 	}
-	if err := root.MkdirAll("etc", 0o755); err != nil {
-		return "", fmt.Errorf("adding the sandbox user: /etc: %w", err)
+	if _, err := root.Lstat("etc"); errors.Is(err, fs.ErrNotExist) {
+		if err := mkdirMode(root, "etc", 0o755); err != nil {
+			return "", fmt.Errorf("adding the sandbox user: /etc: %w", err)
+		}
 	}
 	if err := appendLine(root, "etc/passwd", passwd, fmt.Sprintf("%s:x:%d:%d::%s:%s", userName, userID, userID, userHome, shell)); err != nil {
 		return "", err
@@ -88,11 +90,13 @@ func ensureUser(root *os.Root, imageUser string, chown bool) (string, error) {
 	}
 	home := strings.TrimPrefix(userHome, "/")
 	if _, err := root.Lstat(home); errors.Is(err, fs.ErrNotExist) {
-		if err := root.MkdirAll(home, 0o755); err != nil {
-			return "", fmt.Errorf("adding the sandbox user: creating %s: %w", userHome, err)
+		if _, err := root.Lstat("home"); errors.Is(err, fs.ErrNotExist) {
+			if err := mkdirMode(root, "home", 0o755); err != nil {
+				return "", fmt.Errorf("adding the sandbox user: creating /home: %w", err)
+			}
 		}
-		if err := root.Chmod(home, 0o755); err != nil {
-			return "", err
+		if err := mkdirMode(root, home, 0o755); err != nil {
+			return "", fmt.Errorf("adding the sandbox user: creating %s: %w", userHome, err)
 		}
 		if chown {
 			if err := root.Lchown(home, userID, userID); err != nil {
@@ -152,10 +156,7 @@ func ensureMountPoints(root *os.Root) error {
 	for _, m := range mountPoints {
 		fi, err := root.Lstat(m.name)
 		if errors.Is(err, fs.ErrNotExist) {
-			if err := root.Mkdir(m.name, 0o700); err != nil {
-				return err
-			}
-			if err := root.Chmod(m.name, m.mode); err != nil {
+			if err := mkdirMode(root, m.name, m.mode); err != nil {
 				return err
 			}
 			continue

@@ -164,7 +164,49 @@ func (s *Store) Get(name string) (*Template, error) {
 	return s.load(name, r)
 }
 
-// List returns every template: "host" first, then the others by name.
+// ByDigest returns the template with this content, named after the first
+// name (in byte order) that refers to it, "host" for a generation of the
+// host template, or "" when no name does any more (content kept because a
+// sandbox uses it). A runtime that recorded a sandbox's Template.Digest
+// uses it to find the same files again after the name was given to other
+// content or the host template was made anew. Unknown content is
+// sandbox.ErrNotFound.
+func (s *Store) ByDigest(digest string) (*Template, error) {
+	dir, err := s.blobDir(digest)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.lock(false)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("template content %s: %w; `cove template ls` lists the templates", digest, sandbox.ErrNotFound)
+	}
+	idx, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	name := ""
+	if idx.Host != nil && idx.Host.Digest == digest {
+		name = HostName
+	}
+	for n, r := range idx.Refs {
+		if r.Digest == digest && (name == "" || name != HostName && n < name) {
+			name = n
+		}
+	}
+	r := ref{Digest: digest}
+	if name != "" && name != HostName {
+		r = idx.Refs[name]
+	}
+	return s.load(name, r)
+}
+
+// List returns every template: "host" first, then the others by name. A
+// template whose files are damaged is listed with only its name and
+// digest, and a Source that says so.
 func (s *Store) List() ([]Template, error) {
 	host, err := s.Host()
 	if err != nil {
@@ -186,9 +228,10 @@ func (s *Store) List() ([]Template, error) {
 	sort.Strings(names)
 	out := []Template{*host}
 	for _, n := range names {
-		t, err := s.load(n, idx.Refs[n])
+		r := idx.Refs[n]
+		t, err := s.load(n, r)
 		if err != nil {
-			return nil, err
+			t = &Template{Name: n, Digest: r.Digest, Created: r.Created, Source: fmt.Sprintf("damaged; remove it with `cove template rm %s`", n)}
 		}
 		out = append(out, *t)
 	}

@@ -3,6 +3,7 @@ package template
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,7 +54,7 @@ func importSmall(t *testing.T, st *Store, name, content string) *Template {
 }
 
 func TestStore(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +129,45 @@ func TestStore(t *testing.T) {
 		}
 	})
 
+	t.Run("ByDigest", func(t *testing.T) {
+		host, err := st.Host()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct{ digest, name string }{{a.Digest, "a"}, {c.Digest, "c"}, {host.Digest, "host"}} {
+			got, err := st.ByDigest(tt.digest)
+			if err != nil || got.Name != tt.name || got.Digest != tt.digest {
+				t.Errorf("ByDigest(%s): got %+v, %v; want name %q", tt.digest, got, err, tt.name)
+			}
+		}
+		if _, err := st.ByDigest("sha256:" + strings.Repeat("0", 64)); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("ByDigest of unknown content: %v, want ErrNotFound", err)
+		}
+		if _, err := st.ByDigest("../../etc"); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("ByDigest of a malformed digest: %v, want ErrInvalid", err)
+		}
+	})
+
+	t.Run("damaged", func(t *testing.T) {
+		d := importSmall(t, st, "damaged", "three")
+		if err := os.Remove(filepath.Join(filepath.Dir(d.RootFS), "config.json")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Get("damaged"); !errors.Is(err, sandbox.ErrNotFound) || !strings.Contains(err.Error(), "cove template rm damaged") {
+			t.Errorf("Get of a damaged template: %v, want ErrNotFound saying how to remove it", err)
+		}
+		ts, err := st.List()
+		if err != nil || len(ts) != 5 || ts[4].Name != "damaged" || !strings.Contains(ts[4].Source, "damaged") {
+			t.Errorf("List with a damaged template: %v %+v", err, ts)
+		}
+		if err := st.Remove("damaged", nil); err != nil {
+			t.Errorf("Remove of a damaged template: %v", err)
+		}
+		if _, err := os.Stat(d.RootFS); !os.IsNotExist(err) {
+			t.Errorf("the damaged template's files stay: %v", err)
+		}
+	})
+
 	t.Run("Remove", func(t *testing.T) {
 		var asked []string
 		inUse := func(d string) bool { asked = append(asked, d); return false }
@@ -140,6 +180,9 @@ func TestStore(t *testing.T) {
 		}
 		if _, err := os.Stat(b.RootFS); err != nil {
 			t.Errorf("b's files went with a: %v", err)
+		}
+		if got, err := st.ByDigest(a.Digest); err != nil || got.Name != "b" {
+			t.Errorf("ByDigest after a went: %+v, %v; want it named b", got, err)
 		}
 		if _, err := st.Get("a"); !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("Get a after Remove: %v, want ErrNotFound", err)
@@ -222,6 +265,21 @@ func TestRemoveTreeMounted(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hostDir, "host-file")); err != nil {
 		t.Errorf("the bound host directory was emptied: %v", err)
 	}
+}
+
+// tempDir is t.TempDir that can also be deleted when a test ran without
+// root and left read-only directories in it.
+func tempDir(t *testing.T) string {
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if d != nil && d.IsDir() {
+				os.Chmod(p, 0o700)
+			}
+			return nil
+		})
+	})
+	return dir
 }
 
 func second[T any](_ T, err error) error { return err }

@@ -50,6 +50,7 @@ const usage = `cove runs AI agents' work in isolated Linux sandboxes.
 
 Usage:
   cove sandbox COMMAND             create, list, exec in, copy to/from, snapshot, stop, resume, fork, rm sandboxes
+  cove template build|import|ls|rm  root filesystems for sandboxes (Debian packages, OCI images)
   cove demo [-- COMMAND ARGS...]   start a sandbox, run a command in it through its daemon, print the output
   cove bench [-n N]                measure exec round trip and file throughput through the daemon
   cove version                     print the version
@@ -79,6 +80,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return local.InitMain(ctx, args[1:], stderr)
 	case "sandbox":
 		return sandboxCmd(ctx, args[1:], stdout, stderr)
+	case "template":
+		return templateCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "bench":

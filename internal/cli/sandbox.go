@@ -22,6 +22,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
+	"github.com/cove-sandbox/cove/template"
 )
 
 const sandboxUsage = `Usage: cove sandbox COMMAND [flags]
@@ -137,7 +138,12 @@ func dataDir(override string) string {
 }
 
 func localRuntime(stateDir string) (*local.Runtime, error) {
-	return local.New(local.Config{Dir: filepath.Join(dataDir(stateDir), "sandboxes")})
+	dir := dataDir(stateDir)
+	store, err := template.Open(filepath.Join(dir, "templates"))
+	if err != nil {
+		return nil, err
+	}
+	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}})
 }
 
 func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {

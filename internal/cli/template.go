@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -28,10 +29,16 @@ template (the host's /usr, read-only) is built in.
 
 // templateInUse returns the function that tells whether a sandbox under
 // stateDir, running or stopped, uses the template with a given digest.
-// The runtime's wiring sets it; until a runtime records which template
-// its sandboxes use, nothing is in use.
 var templateInUse = func(ctx context.Context, stateDir string) (func(digest string) bool, error) {
-	return func(string) bool { return false }, nil
+	sandboxes := filepath.Join(stateDir, "sandboxes")
+	if _, err := os.Stat(sandboxes); os.IsNotExist(err) {
+		return func(string) bool { return false }, nil
+	}
+	inUse, err := local.TemplatesInUse(sandboxes)
+	if err != nil {
+		return nil, err
+	}
+	return func(digest string) bool { return inUse[digest] }, nil
 }
 
 // templateCmd implements `cove template build|import|ls|rm`.
@@ -64,9 +71,19 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return ErrUsage
 	}
+	switch n := len(pos); {
+	case (sub == "ls" || sub == "list") && n != 0:
+		return templateUsageError(stderr, "cove template ls takes no arguments")
+	case sub == "build" && n != 1:
+		return templateUsageError(stderr, "cove template build takes one NAME")
+	case sub == "import" && n != 2:
+		return templateUsageError(stderr, "cove template import takes NAME and FILE.tar (- for stdin)")
+	case (sub == "rm" || sub == "remove") && n == 0:
+		return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
+	}
 	dir := *stateDir
 	if dir == "" {
-		dir = home()
+		dir = dataDir("")
 	}
 	st, err := template.Open(filepath.Join(dir, "templates"))
 	if err != nil {
@@ -76,9 +93,6 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	switch sub {
 	case "ls", "list":
-		if len(pos) != 0 {
-			return templateUsageError(stderr, "cove template ls takes no arguments")
-		}
 		ts, err := st.List()
 		if err != nil {
 			return err
@@ -91,9 +105,6 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return tw.Flush()
 
 	case "build":
-		if len(pos) != 1 {
-			return templateUsageError(stderr, "cove template build takes one NAME")
-		}
 		var pkgs []string
 		for _, p := range strings.Split(*packages, ",") {
 			if p = strings.TrimSpace(p); p != "" {
@@ -111,9 +122,6 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 
 	case "import":
-		if len(pos) != 2 {
-			return templateUsageError(stderr, "cove template import takes NAME and FILE.tar (- for stdin)")
-		}
 		var r io.Reader = os.Stdin
 		if pos[1] != "-" {
 			f, err := os.Open(pos[1])
@@ -132,9 +140,6 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 
 	default: // rm
-		if len(pos) == 0 {
-			return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
-		}
 		inUse, err := templateInUse(ctx, dir)
 		if err != nil {
 			return err

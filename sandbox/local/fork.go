@@ -6,20 +6,20 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/disk"
 )
 
 var _ sandbox.Forker = (*Runtime)(nil)
 
 // Fork copies a sandbox's disk (its overlay upper dir: the workspace and
 // everything installed) into a new sandbox with the same spec and starts
-// it. The copy keeps owners, modes, xattrs and overlay whiteouts; on
-// filesystems that support it, it shares blocks (reflink) until changed.
+// it. A capped disk's image is copied sparse (sharing blocks where the
+// host filesystem can) while frozen; an uncapped one keeps owners, modes,
+// xattrs and overlay whiteouts.
 func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -38,15 +38,19 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
-	for _, d := range []string{"work", "rootfs"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
-		}
+	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
-	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", filepath.Join(r.dir(id), "upper"), filepath.Join(dir, "upper")).CombinedOutput()
+	srcDisk, err := disk.Open(filepath.Join(r.dir(id), "disk"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %s: %w", id, strings.TrimSpace(string(out)), err)
+		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+	}
+	// A mounted disk is frozen for the copy, so the copy is consistent.
+	d, err := srcDisk.Copy(ctx, filepath.Join(dir, "disk"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, err)
 	}
 	var tok [16]byte
 	rand.Read(tok[:])
@@ -57,15 +61,11 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		Init:     src.Init,
 	}
 	st.Init.Dir = dir
-	st.Init.Upper = filepath.Join(dir, "upper")
-	st.Init.Work = filepath.Join(dir, "work")
+	st.Init.Upper = d.Upper()
+	st.Init.Work = d.Work()
 	st.Init.Hostname = nid
 	if err := writeState(dir, st); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := writeInit(dir, &st.Init); err != nil {
-		os.RemoveAll(dir)
+		r.destroy(context.WithoutCancel(ctx), nid)
 		return nil, err
 	}
 	if err := r.startLocked(ctx, nid, st); err != nil {
@@ -75,9 +75,30 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	return r.session(nid, st), nil
 }
 
-// pause stops a running sandbox's processes from changing its disk while
-// it is copied, and returns what undoes that. Without a freezer cgroup it
-// is a no-op: the copy is then only as consistent as the workload allows.
+// pause freezes a running sandbox's processes while its disk is copied
+// (when the host has a freezer), and returns what thaws them.
 func (r *Runtime) pause(id string, st *state) (func(), error) {
-	return func() {}, nil
+	if st.Info.State != sandbox.StateRunning {
+		return func() {}, nil
+	}
+	root, err := cgroupRoot(st)
+	if err != nil {
+		return func() {}, nil
+	}
+	g, err := root.Load(id)
+	if err != nil {
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Freeze(ctx); err != nil {
+		g.Close()
+		return func() {}, nil // no freezer: copy as is
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.Thaw(ctx)
+		g.Close()
+	}, nil
 }

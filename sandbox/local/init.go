@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,9 @@ type initConfig struct {
 	Env       map[string]string `json:"env"`
 	TmpSize   string            `json:"tmp_size"`
 	Harden    bool              `json:"harden"`
+	// OOMFile is the host path of the sandbox cgroup's OOM counter
+	// (memory.events or memory.oom_control), opened before pivot_root.
+	OOMFile string `json:"oom_file,omitempty"`
 }
 
 // listenFD is the descriptor of the daemon's listening socket, passed by
@@ -66,6 +70,14 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("taking the daemon's socket from the supervisor: %w", err)
 	}
 	lf.Close()
+	// The cgroup's files are not visible after pivot_root: keep the OOM
+	// counter open.
+	var oomCounter func() int64
+	if cfg.OOMFile != "" {
+		if f, err := os.Open(cfg.OOMFile); err == nil {
+			oomCounter = func() int64 { return readOOMCounter(f) }
+		}
+	}
 	if err := buildRoot(&cfg); err != nil {
 		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
 	}
@@ -84,7 +96,7 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 	os.Unsetenv(guest.TokenEnv)
 	srv, err := guest.NewServer(guest.Config{
 		Root: "/", Workdir: cfg.Workspace, AccessToken: token, Env: cfg.Env,
-		User: cfg.User, Reap: true, Logger: log,
+		User: cfg.User, Reap: true, Logger: log, OOMCounter: oomCounter,
 	})
 	if err != nil {
 		return err
@@ -256,5 +268,21 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-var _ = strconv.Itoa
+// readOOMCounter reads "oom_kill N" from an open cgroup file.
+func readOOMCounter(f *os.File) int64 {
+	buf := make([]byte, 4096)
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(buf[:n]), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			if k, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return k
+			}
+		}
+	}
+	return -1
+}
+
 var _ = syscall.Getpid

@@ -24,10 +24,17 @@ func TestSupervisorKilled(t *testing.T) {
 	if _, err := s.Start(ctx, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"300"}}); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := readState(rt.dir(s.ID()))
-	syscall.Kill(st.ShimPID, syscall.SIGKILL)
+	var st *state
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(st.InitPID) && time.Now().Before(deadline) {
+	for {
+		st, _ = readState(rt.dir(s.ID()))
+		if st.InitPID != 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	syscall.Kill(st.ShimPID, syscall.SIGKILL)
+	for (alive(st.InitPID) || alive(st.ShimPID)) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if alive(st.InitPID) {
@@ -39,7 +46,8 @@ func TestSupervisorKilled(t *testing.T) {
 	}
 	for _, in := range infos {
 		if in.ID == s.ID() && in.State != sandbox.StateStopped {
-			t.Errorf("List after the supervisor died: state %q, want stopped", in.State)
+			now, _ := readState(rt.dir(s.ID()))
+			t.Errorf("List after the supervisor died: state %q, want stopped (state file: shim %d init %d; killed shim %d)", in.State, now.ShimPID, now.InitPID, st.ShimPID)
 		}
 	}
 	// It resumes with its disk.
@@ -112,7 +120,8 @@ func TestTTLStopsIdleSandbox(t *testing.T) {
 	if _, err := rt.Resume(ctx, s.ID()); err == nil || !strings.Contains(err.Error(), "TTL") {
 		t.Errorf("resume after the TTL: %v, want a refusal naming the TTL", err)
 	}
-	data, err := os.ReadFile(rt.dir(s.ID()) + "/upper/workspace/kept.txt")
+	st, _ := readState(rt.dir(s.ID()))
+	data, err := os.ReadFile(st.Init.Upper + "/workspace/kept.txt")
 	if err != nil || string(data) != "kept" {
 		t.Errorf("disk after the TTL: %q %v", data, err)
 	}

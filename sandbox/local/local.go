@@ -26,6 +26,8 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/disk"
+	"github.com/cove-sandbox/cove/template"
 )
 
 // Rootfs is what a sandbox's root filesystem is made of: a template.
@@ -55,7 +57,8 @@ type Templates interface {
 type Config struct {
 	// Dir holds one directory per sandbox.
 	Dir string
-	// Templates resolves Spec.Template; "" means "host".
+	// Templates resolves Spec.Template; "" means "host". nil means a
+	// template store in Dir/.templates.
 	Templates Templates
 	// Command is the argv prefix that runs this binary's hidden roles
 	// (local-shim, local-init); nil means this executable. Tests point it
@@ -100,7 +103,11 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Command = []string{exe}
 	}
 	if cfg.Templates == nil {
-		cfg.Templates = HostTemplates{Dir: filepath.Join(cfg.Dir, ".host-template")}
+		store, err := template.Open(filepath.Join(cfg.Dir, ".templates"))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Templates = StoreTemplates{Store: store}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -149,6 +156,10 @@ func (r *Runtime) reap(id string) (*state, error) {
 			syscall.Kill(s.InitPID, syscall.SIGKILL)
 		}
 		os.Remove(filepath.Join(r.dir(id), "guest.sock"))
+		releaseCgroup(context.Background(), s)
+		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
+			d.Unmount()
+		}
 		s.Info.State = sandbox.StateStopped
 		s.ShimPID, s.InitPID = 0, 0
 		s.StopReason = "supervisor died"
@@ -212,12 +223,18 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
-	// The upper dir's mode becomes the mode of the sandbox's "/".
-	for _, d := range []string{"upper", "work", "rootfs"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
-		}
+	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
+	// The sandbox's own disk: the overlay's upper dir, on an ext4 image
+	// capped at the disk limit (plain directories without one).
+	d, err := disk.Create(ctx, filepath.Join(dir, "disk"), spec.Limits.DiskBytes)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+	}
+	// The upper dir's mode becomes the mode of the sandbox's "/".
+	os.Chmod(d.Upper(), 0o755)
 	var tok [16]byte
 	rand.Read(tok[:])
 	st := &state{
@@ -226,18 +243,14 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 		Template: rootfs.Digest,
 		Init: initConfig{
 			Dir: dir, Lower: rootfs.Lower, Binds: rootfs.Binds,
-			Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
+			Upper: d.Upper(), Work: d.Work(),
 			Workspace: root, UID: 1000, GID: 1000, User: user, Hostname: id,
 			Env: env, Harden: !r.cfg.NoHarden,
 		},
 	}
 	if err := writeState(dir, st); err != nil {
-		os.RemoveAll(dir)
+		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
-	}
-	if err := writeInit(dir, &st.Init); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -300,7 +313,17 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 		err := c.Health(hctx)
 		cancel()
 		if err == nil {
-			return nil
+			// The daemon may answer before the supervisor has recorded
+			// itself: record it here too, so nobody takes the sandbox for
+			// one whose supervisor died.
+			_, err := updateState(dir, func(s *state) error {
+				if s.ShimPID == 0 {
+					s.ShimPID = cmd.Process.Pid
+				}
+				s.Info.State = sandbox.StateRunning
+				return nil
+			})
+			return err
 		}
 		select {
 		case <-exited:
@@ -438,12 +461,20 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return r.destroy(ctx, id)
 }
 
-// destroy frees a stopped sandbox's disk and state.
+// destroy frees a stopped sandbox's cgroup, disk and state.
 func (r *Runtime) destroy(ctx context.Context, id string) error {
 	dir := r.dir(id)
+	if st, err := readState(dir); err == nil {
+		releaseCgroup(ctx, st)
+	}
 	// A mount left on rootfs (a crash mid-start) would make RemoveAll
-	// walk into the template.
+	// walk into the template; the disk must go before its directory.
 	syscall.Unmount(filepath.Join(dir, "rootfs"), syscall.MNT_DETACH)
+	if d, err := disk.Open(filepath.Join(dir, "disk")); err == nil {
+		if err := d.Remove(); err != nil {
+			return fmt.Errorf("deleting sandbox %q: %w", id, err)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("deleting sandbox %q: %w", id, err)
 	}

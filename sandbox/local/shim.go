@@ -55,6 +55,18 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", listenFD, err)
 	}
 	fl.Close()
+	grp, release, err := acquire(ctx, dir, st, log)
+	if err != nil {
+		lf.Close()
+		return err
+	}
+	st.Init.OOMFile = oomFile(grp)
+	if err := writeInit(dir, &st.Init); err != nil {
+		release()
+		lf.Close()
+		return err
+	}
+
 	cmd := exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
 	cmd.Env = []string{"PATH=" + defaultPath, guest.TokenEnv + "=" + st.Token}
 	cmd.ExtraFiles = []*os.File{lf}
@@ -65,14 +77,35 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 		// pid 1 dies with its supervisor, so no sandbox runs unsupervised.
 		Pdeathsig: syscall.SIGKILL,
 	}
+	if grp != nil {
+		if fd, ok := grp.FD(); ok {
+			// cgroup v2: pid 1 is born in its group.
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
+		release()
 		return fmt.Errorf("starting the sandbox's pid 1: %w", err)
 	}
 	lf.Close()
+	if grp != nil {
+		if _, ok := grp.FD(); !ok {
+			// cgroup v1: move pid 1 in before it starts anything; what
+			// it starts later follows it.
+			if err := grp.Add(cmd.Process.Pid); err != nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+				release()
+				return fmt.Errorf("putting the sandbox in its cgroup: %w", err)
+			}
+		}
+	}
 	if _, err := updateState(dir, func(s *state) error {
 		s.ShimPID = os.Getpid()
 		s.InitPID = cmd.Process.Pid
+		s.CgroupRoot = st.CgroupRoot
 		s.Info.State = sandbox.StateRunning
 		s.StopReason = ""
 		// The TTL clock starts when the sandbox first runs and keeps
@@ -85,6 +118,7 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	}); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
+		release()
 		return err
 	}
 	log.Info("sandbox started", "init_pid", cmd.Process.Pid)
@@ -118,7 +152,11 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 		waitErr = <-exited
 	}
 	os.Remove(sock)
+	release()
 	if _, err := updateState(dir, func(s *state) error {
+		if s.ShimPID != os.Getpid() && s.ShimPID != 0 {
+			return nil // a newer supervisor owns the sandbox now
+		}
 		s.Info.State = sandbox.StateStopped
 		s.ShimPID, s.InitPID = 0, 0
 		s.StopReason = reason

@@ -28,6 +28,9 @@ type state struct {
 	// StopReason says why the sandbox last stopped ("ttl", "stopped",
 	// "exited: ...").
 	StopReason string `json:"stop_reason,omitempty"`
+	// CgroupRoot is where the sandbox's cgroup lives (cgroup.Root's text
+	// form), so any process can find it again.
+	CgroupRoot string `json:"cgroup_root,omitempty"`
 	// Init is the config handed to pid 1.
 	Init initConfig `json:"init"`
 }

@@ -6,9 +6,10 @@
 // Every group lives under a Root: a "cove" directory under the calling
 // process's own cgroup, in each hierarchy the package uses (memory, cpu,
 // cpuacct, pids and freezer on v1 and hybrid hosts, the one unified
-// hierarchy on v2). On this kind of host, where a process sits in a nested
-// memory cgroup and at the top of the others, a sandbox named sb1 gets
-// memory:/process_api/<id>/cove/sb1, pids:/cove/sb1 and so on. Nesting
+// hierarchy on v2). On a hybrid host where the caller sits in a nested
+// memory cgroup (/process_api/<id>) and at the top of the other
+// hierarchies, a sandbox named sb1 gets memory:/process_api/<id>/cove/sb1,
+// pids:/cove/sb1 and so on. Nesting
 // under the caller's cgroup is what a container or a systemd service with
 // Delegate=yes is allowed to do; it also means a process started from
 // another cgroup (another login session) sees another Root, so a runtime
@@ -37,6 +38,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	cgroups "github.com/containerd/cgroups/v3"
@@ -291,10 +293,15 @@ type Group struct {
 
 	v1 cgroup1.Cgroup   // v1 and hybrid
 	v2 *cgroup2.Manager // v2
-	fd int              // v2: O_PATH descriptor of the group's directory; -1 otherwise
+
+	// mu guards fd, the v2 group directory's O_PATH descriptor (-1 on
+	// v1, or once closed).
+	mu sync.Mutex
+	fd int
 }
 
-// Limits are sandbox.Limits: zero fields are not limited.
+// Limits are sandbox.Limits. Zero fields are not limited, and DiskBytes
+// is not a cgroup matter (see package disk).
 type Limits = sandbox.Limits
 
 // New creates a group under the default root (see Root.New).
@@ -466,6 +473,16 @@ func (g *Group) Path(controller string) string {
 	return filepath.Join(d, g.name)
 }
 
+// exists reports whether the group has a directory in any hierarchy.
+func (g *Group) exists() bool {
+	for _, d := range g.dirs() {
+		if _, err := os.Stat(d); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // dirs returns the group's directory in every hierarchy.
 func (g *Group) dirs() []string { return g.root.groupDirs(g.name) }
 
@@ -476,6 +493,8 @@ func (g *Group) dirs() []string { return g.root.groupDirs(g.name) }
 // stopped (blocked on a pipe, say) and Add it before it runs anything. The
 // descriptor stays valid until Close or Delete.
 func (g *Group) FD() (fd int, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.fd < 0 {
 		return -1, false
 	}
@@ -485,6 +504,8 @@ func (g *Group) FD() (fd int, ok bool) {
 // Close releases the group's descriptor; the group itself stays (Delete
 // removes it). Closing twice does nothing.
 func (g *Group) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.fd < 0 {
 		return nil
 	}
@@ -535,6 +556,9 @@ type Stats struct {
 // Stats reads the group's usage. A figure whose controller is missing is
 // 0. ErrNotFound if the group was deleted.
 func (g *Group) Stats() (Stats, error) {
+	if !g.exists() {
+		return Stats{}, fmt.Errorf("reading cgroup %q stats: %w", g.name, sandbox.ErrNotFound)
+	}
 	var s Stats
 	var err error
 	if g.v2 != nil {

@@ -156,7 +156,8 @@ func (r *Root) newV1(name string, l Limits) (*Group, error) {
 		if _, ok := r.dirs[Pids]; !ok {
 			return nil, missing(r.version, Pids, "pids")
 		}
-		res.Pids = &specs.LinuxPids{Limit: int64(l.Pids)}
+		n := int64(l.Pids)
+		res.Pids = &specs.LinuxPids{Limit: &n}
 	}
 	hier, path, err := r.v1Hierarchy(name)
 	if err != nil {

@@ -12,11 +12,15 @@
 // Unmount, so a stopped sandbox keeps its files, a resume mounts it again,
 // a fork copies it (sparse), and it costs the host only the blocks written.
 //
-// Formatting runs mkfs.ext4 (about 9 ms for any size, since the options
-// write about 1 MB); WithImageCache keeps one pristine image per size and
-// copies it instead (well under 1 ms). Mounting (loop device + ext4 mount)
-// takes about 1 ms. A limit of 0 makes an uncapped disk: plain directories
-// on the host's filesystem behind the same API.
+// Times measured for a 2 GiB disk on a 2-CPU VM (medians): formatting with
+// mkfs.ext4 takes about 5 ms whatever the size, since the options write
+// only about 130 KB; WithImageCache keeps one pristine image per size and
+// copies it instead (0.3 ms), making Create about 2-3.5 ms, most of it the
+// first mount (the loop device uses direct I/O, so the copied blocks are
+// flushed to the host disk first). Mount takes about 1 ms, Unmount about
+// 3 ms (sync, trim, unmount, wait for the loop device to be freed), Remove
+// about 2 ms. A limit of 0 makes an uncapped disk: plain directories on
+// the host's filesystem behind the same API.
 //
 // Mounts are made in the caller's mount namespace, under the disk's
 // directory. The package needs root (CAP_SYS_ADMIN), /dev/loop-control
@@ -84,9 +88,9 @@ type options struct {
 
 // WithImageCache keeps a pristine formatted image of each size in dir and
 // makes new disks by copying it (sparse) instead of running mkfs.ext4:
-// creation drops from about 9 ms to well under 1 ms once an image of that
-// size exists. Every disk copied from one image shares its filesystem
-// UUID, which ext4 does not mind.
+// making the image drops from about 5 ms to 0.3 ms once one of that size
+// exists. Every disk copied from one image shares its filesystem UUID,
+// which ext4 does not mind.
 func WithImageCache(dir string) Option {
 	return func(o *options) { o.cache = dir }
 }
@@ -108,16 +112,17 @@ func Available() error {
 	return nil
 }
 
-// Create makes a disk in dir, which must be missing or empty and then
-// belongs to the disk (Remove deletes it), capped at limit bytes, and mounts it: Upper and
-// Work are then ready for an overlay mount. limit is rounded down to 4 KiB;
-// the filesystem's own structures take a little of it (about 7% of a
-// 64 MiB disk, 2% of 2 GiB). A limit of 0 makes an uncapped disk.
+// Create makes a disk capped at limit bytes in dir, which must be missing
+// or empty and then belongs to the disk (Remove deletes it), and mounts
+// it: Upper and Work are then ready for an overlay mount. limit is rounded
+// down to 4 KiB; the filesystem's own structures (journal, inode tables)
+// take some of it: about 12% of a 64 MiB disk, 3% of 2 GiB. A limit of 0
+// makes an uncapped disk.
 //
 // Errors: ErrInvalid for a negative limit or one below MinLimit, ErrExist
-// if dir is not empty, ErrUnavailable when loop devices or
-// mkfs.ext4 are missing, ErrLimit when the host filesystem is full. On
-// error nothing is left behind, dir included.
+// if dir is not empty, ErrUnavailable when loop devices or mkfs.ext4 are
+// missing, ErrLimit when the host filesystem is full. On error nothing is
+// left behind, dir included.
 func Create(ctx context.Context, dir string, limit int64, opts ...Option) (_ *Disk, err error) {
 	var o options
 	for _, opt := range opts {

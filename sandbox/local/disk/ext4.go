@@ -21,12 +21,14 @@ const blockSize = 4096
 // format writes a fresh ext4 filesystem of size bytes into the new file
 // image, with empty upper and work directories at its root.
 //
-// The options keep creation cheap and the file sparse (about 1 MB written
-// for any size): lazy_itable_init and lazy_journal_init skip zeroing the
-// inode tables and the journal (mke2fs discards, i.e. punches, the file
-// first, so they read as zero anyway and no background zeroing follows
-// the mount); -m 0 leaves no blocks reserved for root, so the sandbox's
-// user gets the whole limit. The journal is kept, so a host crash does not
+// The options keep creation cheap and the file sparse (about 130 KB
+// written for any size): lazy_itable_init and lazy_journal_init skip
+// zeroing the inode tables and the journal (mke2fs discards, i.e. punches,
+// the file first, so they read as zero anyway and no background zeroing
+// follows the mount); sparse_super2 with no backup superblocks and no
+// resize inode leave out metadata only an offline repair or growth would
+// use; -m 0 leaves no blocks reserved for root, so the sandbox's user gets
+// the whole limit. 4 KiB blocks match the loop device's block size. The journal is kept, so a host crash does not
 // corrupt a stopped sandbox's disk, but capped at 32 MiB: its blocks are
 // eventually all written, and that is host disk the sandbox cannot use.
 func format(ctx context.Context, image string, size int64) error {

@@ -72,17 +72,35 @@ func restrictPaths(writable []string) (abi int, skipped []string, err error) {
 		ruleset = append(ruleset, landlock.PathAccess(llWriteFile, files...).IgnoreIfMissing())
 	}
 
-	// Every filesystem right go-landlock knows is handled (best effort
-	// trims it to the kernel's ABI), and signals and abstract unix
-	// sockets are scoped to the sandbox's domain (ABI 6), a second wall
-	// behind the PID and network namespaces. Network rights are not
-	// handled: the network namespace decides what is reachable.
-	cfg := landlock.Config{
-		HandledAccessFS: landlock.V11.HandledAccessFS,
-		Scoped:          landlock.V11.Scoped,
-	}.BestEffort()
+	// Every filesystem right go-landlock knows is handled; best effort
+	// trims the set to the kernel's ABI. Network rights are not handled:
+	// the network namespace decides what is reachable.
+	cfg := landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS}
+	if abi >= 8 {
+		// landlock_restrict_self's TSYNC flag puts every thread in one
+		// domain, so signals and abstract unix sockets can be scoped to
+		// it: a second wall behind the PID and network namespaces.
+		cfg.Scoped = landlock.V11.Scoped
+	} else {
+		// Without TSYNC, go-landlock restricts each thread with its own
+		// call, and each call makes a new, sibling domain. A process
+		// belongs to the domain of the daemon thread that forked it, and
+		// Landlock refuses ptrace (and with scoping, signals) from one
+		// sibling domain into another. Scoping would stop the daemon from
+		// signalling the commands it started from another thread.
+		skipped = append(skipped, noTSyncNote(abi))
+	}
+	cfg = cfg.BestEffort()
 	if err := cfg.Restrict(ruleset...); err != nil {
 		return 0, skipped, fmt.Errorf("enforcing the Landlock ruleset: %w", err)
 	}
 	return abi, skipped, nil
+}
+
+// noTSyncNote is the Report's note for a kernel whose Landlock has no
+// TSYNC (ABI 2 to 7).
+func noTSyncNote(abi int) string {
+	return fmt.Sprintf("landlock: ABI %d has no TSYNC, so each daemon thread has its own domain: "+
+		"signals and abstract unix sockets are not scoped, and ptrace (gdb -p, strace -p) "+
+		"from one command's processes into another's may be refused", abi)
 }

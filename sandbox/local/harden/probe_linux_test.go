@@ -113,6 +113,35 @@ func onOwnThread(f func() string) string {
 	return <-out
 }
 
+// runOn runs f on a pinned thread.
+func runOn(thread chan func(), f func() string) string {
+	done := make(chan string)
+	thread <- func() { done <- f() }
+	return <-done
+}
+
+// startOn starts a command from a pinned thread, or returns nil.
+func startOn(thread chan func(), name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	if runOn(thread, func() string { return outcome(cmd.Start()) }) != "ok" {
+		return nil
+	}
+	return cmd
+}
+
+// traceOnce attaches to pid, waits for it to stop and detaches, from the
+// calling thread (which the caller has locked).
+func traceOnce(pid int) string {
+	if err := unix.PtraceAttach(pid); err != nil {
+		return outcome(err)
+	}
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
+		return "error: wait: " + err.Error()
+	}
+	return outcome(unix.PtraceDetach(pid))
+}
+
 // cloneArgs is struct clone_args (version 2, 88 bytes).
 type cloneArgs struct {
 	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
@@ -340,23 +369,41 @@ var probes = map[string]func(dir string) string{
 		})
 	},
 	"ptrace_child": func(string) string {
-		cmd := exec.Command("/bin/sleep", "30")
-		if err := cmd.Start(); err != nil {
-			return "error: " + err.Error()
+		// Started and traced from one thread: the same Landlock domain
+		// on every kernel.
+		return onOwnThread(func() string {
+			cmd := exec.Command("/bin/sleep", "30")
+			if err := cmd.Start(); err != nil {
+				return "error: " + err.Error()
+			}
+			defer cmd.Wait()
+			defer cmd.Process.Kill()
+			return traceOnce(cmd.Process.Pid)
+		})
+	},
+	// A command started from one daemon thread, traced or killed from
+	// another: without Landlock's TSYNC the two threads are in sibling
+	// domains.
+	"ptrace_sibling": func(string) string {
+		cmd := startOn(pinnedThreads[0], "/bin/sleep", "30")
+		if cmd == nil {
+			return "error: start failed"
 		}
 		defer cmd.Wait()
 		defer cmd.Process.Kill()
-		return onOwnThread(func() string {
-			pid := cmd.Process.Pid
-			if err := unix.PtraceAttach(pid); err != nil {
-				return outcome(err)
-			}
-			var ws unix.WaitStatus
-			if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil {
-				return "error: wait: " + err.Error()
-			}
-			return outcome(unix.PtraceDetach(pid))
-		})
+		return runOn(pinnedThreads[1], func() string { return traceOnce(cmd.Process.Pid) })
+	},
+	"kill_sibling": func(string) string {
+		cmd := startOn(pinnedThreads[0], "/bin/sleep", "30")
+		if cmd == nil {
+			return "error: start failed"
+		}
+		got := runOn(pinnedThreads[1], func() string { return outcome(unix.Kill(cmd.Process.Pid, unix.SIGKILL)) })
+		if got != "ok" {
+			cmd.Process.Kill()
+		}
+		cmd.Wait()
+		return got
 	},
 
 	// no_new_privs: a setuid-root binary run by uid 1000 stays uid 1000.
@@ -389,16 +436,14 @@ var probes = map[string]func(dir string) string{
 		// ...and is under Landlock: each pinned thread tries to write
 		// its own name.
 		var results []string
-		for _, work := range pinnedThreads {
-			done := make(chan string)
-			work <- func() {
+		for _, thread := range pinnedThreads {
+			results = append(results, runOn(thread, func() string {
 				fd, err := unix.Open("/proc/thread-self/comm", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 				if err == nil {
 					unix.Close(fd)
 				}
-				done <- outcome(err)
-			}
-			results = append(results, <-done)
+				return outcome(err)
+			}))
 		}
 		sort.Strings(results)
 		return "threads alike; pinned threads write comm: " + strings.Join(slices.Compact(results), ",")
