@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,4 +155,80 @@ func TestEscapes(t *testing.T) {
 	if _, err := os.Stat("/usr/escape"); err == nil {
 		t.Error("a file appeared in the host's /usr")
 	}
+}
+
+// TestResourceLimits: bombs hit the sandbox's own limits, the host stays
+// usable, and the caller is told what happened.
+func TestResourceLimits(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Pids: 64, DiskBytes: 64 << 20, CPUs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+
+	t.Run("fork bomb", func(t *testing.T) {
+		var out strings.Builder
+		// Each shell forks two more until the pids limit refuses; the
+		// bomb is ended by the timeout.
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		s.Exec(cctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "b() { b | b & }; b"}, Stdout: &out, Stderr: &out})
+		// The host can still fork.
+		if err := exec.Command("true").Run(); err != nil {
+			t.Fatalf("the host cannot fork during the bomb: %v", err)
+		}
+		// Kill what is left, then the sandbox answers again.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var o strings.Builder
+			st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "pkill -9 -u user sh; echo alive"}, Stdout: &o, User: "root"})
+			if err == nil && strings.Contains(o.String(), "alive") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the sandbox did not recover from the fork bomb: %v %v %q", st, err, o.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		procs, _ := s.Processes(ctx)
+		if len(procs) > 64 {
+			t.Errorf("%d processes listed; the pids limit is 64", len(procs))
+		}
+	})
+
+	t.Run("memory bomb", func(t *testing.T) {
+		st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", `x=$(head -c 200000000 /dev/zero | tr '\000' a); echo survived`}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.OOM {
+			t.Errorf("exit status %+v, want OOM", st)
+		}
+		var o strings.Builder
+		if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"alive"}, Stdout: &o}); err != nil || o.String() != "alive\n" {
+			t.Errorf("after the OOM: %q %v", o.String(), err)
+		}
+	})
+
+	t.Run("disk fill", func(t *testing.T) {
+		var o strings.Builder
+		st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "head -c 200000000 /dev/zero > big; echo rc=$?"}, Stdout: &o, Stderr: &o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(o.String(), "No space left on device") {
+			t.Errorf("writing past the disk limit: %q (%+v), want ENOSPC", o.String(), st)
+		}
+		// The file API reports it as a limit.
+		err = s.WriteFile(ctx, "more", strings.NewReader(strings.Repeat("x", 1<<20)), 0o644)
+		if !errors.Is(err, sandbox.ErrLimit) {
+			t.Errorf("WriteFile on a full disk: %v, want ErrLimit", err)
+		}
+		s.Remove(ctx, "big")
+		if err := s.WriteFile(ctx, "small", strings.NewReader("ok"), 0o644); err != nil {
+			t.Errorf("after freeing space: %v", err)
+		}
+	})
 }
