@@ -126,6 +126,10 @@ func TestSandboxCLI(t *testing.T) {
 	if out := must("sandbox", "exec", id, "--", "sh", "-c", "echo $GREETING; pwd; id -u"); out != "hi\n/workspace\n1000\n" {
 		t.Errorf("exec output %q", out)
 	}
+	// Flags before the id, as with docker exec.
+	if out := must("sandbox", "exec", "-e", "X=flag-first", "-w", "/tmp", id, "--", "sh", "-c", "echo $X; pwd"); out != "flag-first\n/tmp\n" {
+		t.Errorf("exec with flags before the id: %q", out)
+	}
 	_, _, err = run(t, "sandbox", "exec", id, "--", "sh", "-c", "exit 7")
 	if ExitCode(err) != 7 || Reportable(err) {
 		t.Errorf("exec exit 7: code %d (%v), want 7 and nothing printed", ExitCode(err), err)

@@ -270,11 +270,37 @@ func sandboxExec(ctx context.Context, rt *local.Runtime, args []string, stdout, 
 	if len(args) == 0 {
 		return usageErr(stderr, "exec needs a sandbox id and a command")
 	}
-	id := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
+	// Flags may come before or after the id, and -it is -i -t, as with
+	// docker exec.
+	var expanded []string
+	for i, a := range args {
+		if a == "--" {
+			expanded = append(expanded, args[i:]...)
+			break
+		}
+		if a == "-it" || a == "-ti" {
+			expanded = append(expanded, "-i", "-t")
+			continue
+		}
+		expanded = append(expanded, a)
+	}
+	var id string
+	if !strings.HasPrefix(expanded[0], "-") {
+		id, expanded = expanded[0], expanded[1:]
+	}
+	if err := fs.Parse(expanded); err != nil {
 		return ErrUsage
 	}
 	argv := fs.Args()
+	if id == "" {
+		if len(argv) == 0 {
+			return usageErr(stderr, "exec needs a sandbox id")
+		}
+		id, argv = argv[0], argv[1:]
+		if len(argv) > 0 && argv[0] == "--" {
+			argv = argv[1:]
+		}
+	}
 	if len(argv) == 0 {
 		return usageErr(stderr, "exec needs a command after the sandbox id: cove sandbox exec ID -- CMD ARGS...")
 	}
