@@ -126,8 +126,9 @@ func TestSandboxCLI(t *testing.T) {
 	if out := must("sandbox", "exec", id, "--", "sh", "-c", "echo $GREETING; pwd; id -u"); out != "hi\n/workspace\n1000\n" {
 		t.Errorf("exec output %q", out)
 	}
+	must("sandbox", "exec", id, "--", "mkdir", "sub")
 	// Flags before the id, as with docker exec.
-	if out := must("sandbox", "exec", "-e", "X=flag-first", "-w", "/tmp", id, "--", "sh", "-c", "echo $X; pwd"); out != "flag-first\n/tmp\n" {
+	if out := must("sandbox", "exec", "-e", "X=flag-first", "-w", "sub", id, "--", "sh", "-c", "echo $X; pwd"); out != "flag-first\n/workspace/sub\n" {
 		t.Errorf("exec with flags before the id: %q", out)
 	}
 	_, _, err = run(t, "sandbox", "exec", id, "--", "sh", "-c", "exit 7")
