@@ -53,6 +53,32 @@ func probe(args []string) {
 		err = unix.Setuid(0)
 	case "chroot":
 		err = unix.Chroot("/tmp")
+	case "bpf":
+		_, _, e := unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+		if e != 0 {
+			err = e
+		}
+	case "keyctl":
+		_, _, e := unix.Syscall(unix.SYS_KEYCTL, 0, 0, 0)
+		if e != 0 {
+			err = e
+		}
+	case "perf":
+		_, _, e := unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0, 0)
+		if e != 0 {
+			err = e
+		}
+	case "status":
+		// Print a line of /proc/self/status (NoNewPrivs, CapEff, Seccomp).
+		data, _ := os.ReadFile("/proc/self/status")
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, args[1]+":") {
+				fmt.Println(strings.TrimSpace(strings.TrimPrefix(line, args[1]+":")))
+				return
+			}
+		}
+		fmt.Println("absent")
+		return
 	}
 	var errno syscall.Errno
 	switch {
@@ -132,11 +158,44 @@ func TestEscapes(t *testing.T) {
 		{"chroot refused", []string{"chroot"}, "EPERM"},
 		{"new network namespace refused", []string{"unshare-net"}, "EPERM"},
 		{"workspace writable", []string{"write", "/workspace/ok"}, "ok"},
+		{"new user namespace refused", []string{"unshare-user"}, "EPERM"},
+		{"bpf refused", []string{"bpf"}, "EPERM"},
+		{"keyctl refused", []string{"keyctl"}, "EPERM"},
+		{"perf_event_open refused", []string{"perf"}, "EPERM"},
+		{"no_new_privs set", []string{"status", "NoNewPrivs"}, "1"},
+		{"seccomp filter on", []string{"status", "Seccomp"}, "2"},
+		{"no capabilities", []string{"status", "CapEff"}, "0000000000000000"},
+	}
+	// Root inside the sandbox is walled in too.
+	rootTests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"root: mount refused", []string{"mount", "/tmp"}, "EPERM"},
+		{"root: new namespace refused", []string{"unshare-net"}, "EPERM"},
+		{"root: module loading refused", []string{"init_module"}, "EPERM|ENOSYS"},
+		// ENOENT on kernels without magic SysRq.
+		{"root: /proc/sysrq-trigger not writable", []string{"write", "/proc/sysrq-trigger"}, "EROFS|EACCES|EPERM|ENOENT"},
+		{"root: kernel knobs read-only", []string{"write", "/proc/sys/kernel/hostname"}, "EROFS|EACCES"},
+		{"root: no_new_privs", []string{"status", "NoNewPrivs"}, "1"},
+	}
+	for _, tt := range rootTests {
+		tests = append(tests, struct {
+			name string
+			args []string
+			want string
+		}{tt.name, append([]string{"as-root"}, tt.args...), tt.want})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out strings.Builder
-			st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "/workspace/.probe", Args: append([]string{"probe"}, tt.args...), Stdout: &out, Stderr: &out})
+			user := ""
+			args := tt.args
+			if args[0] == "as-root" {
+				user, args = "root", args[1:]
+			}
+			st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "/workspace/.probe", Args: append([]string{"probe"}, args...), User: user, Stdout: &out, Stderr: &out})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,22 @@
 package local
 
-import "log/slog"
+import (
+	"fmt"
+	"log/slog"
 
-// hardenSelf walls in the daemon (and so every command it starts): it is
-// wired to sandbox/local/harden once that lands.
-func hardenSelf(cfg *initConfig, log *slog.Logger) error { return nil }
+	"github.com/cove-sandbox/cove/sandbox/local/harden"
+)
+
+// hardenSelf walls in pid 1 (and so every command it starts): capabilities
+// cut to what the daemon needs, no_new_privs, the seccomp filter and a
+// Landlock ruleset where the kernel has one. It runs after the mounts and
+// before the daemon serves.
+func hardenSelf(cfg *initConfig, log *slog.Logger) error {
+	rep, err := harden.Apply(harden.Options{})
+	if err != nil {
+		return fmt.Errorf("applying seccomp, capabilities and no_new_privs: %w", err)
+	}
+	log.Info("sandbox hardened", "seccomp", rep.Seccomp, "no_new_privs", rep.NoNewPrivs,
+		"landlock_abi", rep.Landlock, "caps_kept", rep.CapsKept, "skipped", rep.Skipped)
+	return nil
+}
