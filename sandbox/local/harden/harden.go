@@ -31,7 +31,8 @@
 //     all threads at once.
 //  4. Landlock, where the kernel has it (ABI 2 or later): reading and
 //     executing stay allowed everywhere; writing only beneath
-//     [Options.Writable].
+//     [Options.Writable]. From ABI 8 on, signals and abstract unix
+//     sockets are also scoped to the sandbox's domain.
 //
 // # The seccomp filter
 //
@@ -76,9 +77,10 @@
 // outside the sandbox, holds without them: the PID namespace gives no way
 // to name a process outside it, and a process can only trace one whose
 // permitted capabilities it also has or with CAP_SYS_PTRACE, which is
-// dropped, so a user's command cannot trace the daemon; Landlock adds the
-// same rule across domains where the kernel has it. (Since Linux 4.8 a
-// tracer cannot use ptrace to skip its tracee's seccomp filter.)
+// dropped, so a user's command cannot trace the daemon. Landlock adds its
+// own rule: no tracing into another domain than one's own or a nested one
+// (see Threads below for what that means before ABI 8). Since Linux 4.8 a
+// tracer cannot use ptrace to skip its tracee's seccomp filter.
 //
 // # Landlock and the daemon's file API
 //
@@ -107,14 +109,27 @@
 //
 // # Threads and cgo
 //
-// Capabilities, no_new_privs and (before Landlock ABI 8) Landlock domains
-// are per thread in Linux. Apply sets them on every thread through
-// kernel.org/.../libcap/psx (the package go-landlock uses): in a binary
-// built with CGO_ENABLED=0 that is [syscall.AllThreadsSyscall]; in one that
-// links cgo, where AllThreadsSyscall always fails with ENOTSUP (the cove
-// binary links cgo through net and os/user, and `go test -race` always
-// does), psx signals each thread from C. Seccomp needs neither: TSYNC
+// Capabilities, no_new_privs and Landlock domains are per thread in
+// Linux. Apply sets them on every thread through the psx package
+// (kernel.org/pub/linux/libs/security/libcap/psx, which go-landlock uses
+// too): in a binary built with CGO_ENABLED=0 that is
+// [syscall.AllThreadsSyscall]; in one that links cgo, where
+// AllThreadsSyscall always fails with ENOTSUP (`go test -race` always
+// links cgo, and so does a cove binary built with cgo on, through net and
+// os/user), psx signals each thread from C. Seccomp needs neither: TSYNC
 // synchronises the filter, and no_new_privs with it, in the kernel.
+//
+// Landlock before ABI 8 (this project's Linux 6.18 machines have 7) has no TSYNC, and one
+// landlock_restrict_self per thread makes one domain per thread: siblings
+// with the same rules. A command belongs to the domain of the daemon
+// thread that forked it, and Landlock refuses ptrace (gdb -p, strace -p,
+// /proc/PID/fd and other ptrace-checked files) from one sibling domain
+// into another, so tracing a process that another command started may
+// fail with EPERM; tracing one's own children always works. For the same
+// reason Apply scopes signals and abstract unix sockets to the domain
+// (Landlock ABI 6) only from ABI 8 on: before that, scoping would stop the
+// daemon from signalling commands forked by its other threads. Signals are
+// not otherwise restricted by Landlock.
 package harden
 
 import (

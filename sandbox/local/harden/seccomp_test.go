@@ -151,8 +151,9 @@ func TestFilterDecisions(t *testing.T) {
 		calls = append(calls,
 			call{"i386 getpid", unix.AUDIT_ARCH_I386, 20, 0, "ENOSYS"},
 			call{"i386 mount", unix.AUDIT_ARCH_I386, 21, 0, "ENOSYS"},
-			call{"x32 getpid", auditArch, x32SyscallBit | unix.SYS_GETPID, 0, "ENOSYS"},
-			call{"x32 mount", auditArch, x32SyscallBit | unix.SYS_MOUNT, 0, "ENOSYS"},
+			// x32 syscalls carry the native audit arch and bit 30 set.
+			call{"x32 getpid", auditArch, 0x40000000 | unix.SYS_GETPID, 0, "ENOSYS"},
+			call{"x32 mount", auditArch, 0x40000000 | unix.SYS_MOUNT, 0, "ENOSYS"},
 		)
 	}
 	if runtime.GOARCH == "arm64" {
