@@ -68,6 +68,9 @@ type Config struct {
 	Logger *slog.Logger
 	// NoHarden skips seccomp/Landlock/capability hardening (debugging only).
 	NoHarden bool
+	// Env is added to the supervisor's and pid 1's environment (never to
+	// sandbox commands): tests use it for GORACE.
+	Env []string
 }
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
@@ -293,7 +296,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 	cmd := exec.Command(r.cfg.Command[0], args...)
 	cmd.ExtraFiles = []*os.File{lf}
 	// A clean environment: the caller's secrets stay out of the sandbox.
-	cmd.Env = []string{"PATH=" + defaultPath}
+	cmd.Env = append([]string{"PATH=" + defaultPath}, r.cfg.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

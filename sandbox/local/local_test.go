@@ -86,7 +86,9 @@ func newRuntime(t *testing.T) *Runtime {
 			sharedErr = err
 			return
 		}
-		shared, sharedErr = New(Config{Dir: dir, Command: []string{exe}})
+		// The race detector sleeps a second at exit; the supervisor and
+		// pid 1 are this binary, and they exit at every stop.
+		shared, sharedErr = New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}})
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)

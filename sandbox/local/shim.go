@@ -69,6 +69,9 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 
 	cmd := exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
 	cmd.Env = []string{"PATH=" + defaultPath, guest.TokenEnv + "=" + st.Token}
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		cmd.Env = append(cmd.Env, "GORACE="+v)
+	}
 	cmd.ExtraFiles = []*os.File{lf}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
