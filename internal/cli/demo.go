@@ -27,12 +27,21 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(cmd) == 0 {
 		cmd = []string{"sh", "-c", `echo "hello from $(pwd) as $(id -un)"; ls -la; cat hello.txt; echo "to stderr" >&2`}
 	}
-	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(home(), "hostproc")})
-	if err != nil {
-		return err
+	// The isolated local runtime when we can (root), else the daemon as
+	// a plain child process, said plainly.
+	var rt sandbox.Runtime
+	kind := "isolated: namespaces, overlay root, seccomp"
+	if lrt, err := localRuntime(""); err == nil {
+		rt = lrt
+	} else {
+		fmt.Fprintf(stderr, "→ %v\n  falling back to the hostproc runtime: NO isolation\n", err)
+		kind = "daemon as a plain child process, no isolation"
+		if rt, err = hostproc.New(hostproc.Config{Dir: filepath.Join(dataDir(""), "hostproc")}); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
-	fmt.Fprintln(stderr, "→ creating a sandbox (daemon as a child process)")
+	fmt.Fprintf(stderr, "→ creating a sandbox (%s)\n", kind)
 	s, err := rt.Create(ctx, sandbox.Spec{Env: map[string]string{"COVE_DEMO": "1"}})
 	if err != nil {
 		return err
