@@ -743,3 +743,25 @@ func newStreamID() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// RuntimeSessionOptions builds the options of a session for a runtime
+// that keeps each sandbox's state itself: Info comes from load, and every
+// call first checks that the sandbox is running, telling the caller how
+// to resume it if not.
+func RuntimeSessionOptions(id, root string, load func(ctx context.Context) (sandbox.Info, error), resumeHint string) SessionOptions {
+	return SessionOptions{
+		ID:   id,
+		Root: root,
+		Info: load,
+		Check: func(ctx context.Context) error {
+			info, err := load(ctx)
+			if err != nil {
+				return err
+			}
+			if info.State != sandbox.StateRunning {
+				return fmt.Errorf("sandbox %q is %s; resume it first%s: %w", id, info.State, resumeHint, sandbox.ErrState)
+			}
+			return nil
+		},
+	}
+}

@@ -8,8 +8,6 @@ package hostproc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 )
 
 // Config configures a Runtime.
@@ -99,20 +98,8 @@ func (r *Runtime) rootDir(id string) string   { return filepath.Join(r.dir(id), 
 func (r *Runtime) socket(id string) string    { return filepath.Join(r.dir(id), "guest.sock") }
 func (r *Runtime) statePath(id string) string { return filepath.Join(r.dir(id), "state.json") }
 
-func validID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 func (r *Runtime) load(id string) (*state, error) {
-	if !validID(id) {
+	if !sbutil.ValidID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
 	st, err := r.readState(id)
@@ -120,7 +107,7 @@ func (r *Runtime) load(id string) (*state, error) {
 		return nil, err
 	}
 	// A daemon that died (host reboot, kill) leaves the sandbox stopped.
-	if st.Info.State == sandbox.StateRunning && !alive(st.PID) {
+	if st.Info.State == sandbox.StateRunning && !sbutil.Alive(st.PID) {
 		st.Info.State = sandbox.StateStopped
 		st.PID = 0
 	}
@@ -172,31 +159,6 @@ func (r *Runtime) save(st *state) error {
 	return os.Rename(tmp, r.statePath(st.Info.ID))
 }
 
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	// A zombie is not alive.
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-func newID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
-
 // Create makes the sandbox's tree and starts its daemon.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
 	if spec.Root == "" {
@@ -215,9 +177,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 			return nil, fmt.Errorf("environment variable name %q is not valid: %w", k, sandbox.ErrInvalid)
 		}
 	}
-	var tok [16]byte
-	rand.Read(tok[:])
-	st := &state{Info: sandbox.Info{ID: newID(), State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, Token: hex.EncodeToString(tok[:])}
+	st := &state{Info: sandbox.Info{ID: sbutil.NewID(), State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, Token: sbutil.NewToken()}
 	id := st.Info.ID
 	if err := os.MkdirAll(filepath.Join(r.rootDir(id), root), 0o755); err != nil {
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
@@ -289,7 +249,7 @@ func (r *Runtime) startLocked(ctx context.Context, st *state) error {
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(r.dir(id), "guest.log"))
-			return fmt.Errorf("the sandbox daemon exited at start: %s: %w", lastLines(string(log), 5), sandbox.ErrUnavailable)
+			return fmt.Errorf("the sandbox daemon exited at start: %s: %w", sbutil.LastLines(string(log), 5), sandbox.ErrUnavailable)
 		default:
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
@@ -319,41 +279,19 @@ func (r *Runtime) startLocked(ctx context.Context, st *state) error {
 	return nil
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
 func (r *Runtime) session(st *state) (sandbox.Session, error) {
 	id := st.Info.ID
 	c, err := guest.NewClient("unix://"+r.socket(id), guest.ClientOptions{AccessToken: st.Token})
 	if err != nil {
 		return nil, err
 	}
-	return guest.NewSession(c, guest.SessionOptions{
-		ID:   id,
-		Root: st.Info.Spec.Root,
-		Info: func(ctx context.Context) (sandbox.Info, error) {
-			st, err := r.load(id)
-			if err != nil {
-				return sandbox.Info{}, err
-			}
-			return st.Info, nil
-		},
-		Check: func(ctx context.Context) error {
-			st, err := r.load(id)
-			if err != nil {
-				return err
-			}
-			if st.Info.State != sandbox.StateRunning {
-				return fmt.Errorf("sandbox %q is %s; resume it first: %w", id, st.Info.State, sandbox.ErrState)
-			}
-			return nil
-		},
-	}), nil
+	return guest.NewSession(c, guest.RuntimeSessionOptions(id, st.Info.Spec.Root, func(ctx context.Context) (sandbox.Info, error) {
+		st, err := r.load(id)
+		if err != nil {
+			return sandbox.Info{}, err
+		}
+		return st.Info, nil
+	}, "")), nil
 }
 
 func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
@@ -415,13 +353,13 @@ func stopDaemon(pid int) {
 	}
 	syscall.Kill(pid, syscall.SIGTERM)
 	deadline := time.Now().Add(3 * time.Second)
-	for alive(pid) && time.Now().Before(deadline) {
+	for sbutil.Alive(pid) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// The daemon leads its session; anything left in its group goes too.
 	syscall.Kill(-pid, syscall.SIGKILL)
 	syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 200 && alive(pid); i++ {
+	for i := 0; i < 200 && sbutil.Alive(pid); i++ {
 		time.Sleep(5 * time.Millisecond)
 	}
 }

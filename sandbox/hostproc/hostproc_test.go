@@ -18,6 +18,7 @@ import (
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
@@ -190,7 +191,7 @@ func TestDaemonKilled(t *testing.T) {
 	}
 	st, _ := rt.load(s.ID())
 	syscall.Kill(st.PID, syscall.SIGKILL)
-	for i := 0; i < 200 && alive(st.PID); i++ {
+	for i := 0; i < 200 && sbutil.Alive(st.PID); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	info, err := s.Info(ctx)

@@ -2,14 +2,13 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
 )
 
@@ -33,7 +32,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	}
 	defer resume()
 
-	nid := newID()
+	nid := sbutil.NewID()
 	dir := r.dir(nid)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
@@ -52,11 +51,9 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, err)
 	}
-	var tok [16]byte
-	rand.Read(tok[:])
 	st := &state{
 		Info:     sandbox.Info{ID: nid, State: sandbox.StateStopped, Spec: src.Info.Spec, CreatedAt: time.Now().UTC()},
-		Token:    hex.EncodeToString(tok[:]),
+		Token:    sbutil.NewToken(),
 		Template: src.Template,
 		Init:     src.Init,
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 )
 
 // TestSupervisorKilled: SIGKILL of a sandbox's supervisor takes its
@@ -34,10 +35,10 @@ func TestSupervisorKilled(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	syscall.Kill(st.ShimPID, syscall.SIGKILL)
-	for (alive(st.InitPID) || alive(st.ShimPID)) && time.Now().Before(deadline) {
+	for (sbutil.Alive(st.InitPID) || sbutil.Alive(st.ShimPID)) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if alive(st.InitPID) {
+	if sbutil.Alive(st.InitPID) {
 		t.Fatalf("pid 1 of the sandbox (%d) outlived its supervisor", st.InitPID)
 	}
 	infos, err := rt.List(ctx)
@@ -79,7 +80,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		t.Errorf("a mount under %s is left on the host", dir)
 	}
 	for _, pid := range []int{st.ShimPID, st.InitPID} {
-		if alive(pid) {
+		if sbutil.Alive(pid) {
 			t.Errorf("process %d of the deleted sandbox still runs", pid)
 		}
 	}

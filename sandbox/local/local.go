@@ -8,8 +8,6 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
 	"github.com/cove-sandbox/cove/template"
 )
@@ -120,17 +119,7 @@ func New(cfg Config) (*Runtime, error) {
 
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.Dir, id) }
 
-func validID(id string) bool {
-	if id == "" || len(id) > 64 || strings.HasPrefix(id, ".") {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+func validID(id string) bool { return sbutil.ValidID(id) && !strings.HasPrefix(id, ".") }
 
 // load reads a sandbox's state, correcting it if its supervisor died
 // without recording the stop (SIGKILL, host crash).
@@ -142,7 +131,7 @@ func (r *Runtime) load(id string) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Info.State == sandbox.StateRunning && !alive(st.ShimPID) {
+	if st.Info.State == sandbox.StateRunning && !sbutil.Alive(st.ShimPID) {
 		st, err = r.reap(id)
 	}
 	return st, err
@@ -152,10 +141,10 @@ func (r *Runtime) load(id string) (*state, error) {
 // and marks the sandbox stopped.
 func (r *Runtime) reap(id string) (*state, error) {
 	return updateState(r.dir(id), func(s *state) error {
-		if s.Info.State != sandbox.StateRunning || alive(s.ShimPID) {
+		if s.Info.State != sandbox.StateRunning || sbutil.Alive(s.ShimPID) {
 			return nil
 		}
-		if alive(s.InitPID) {
+		if sbutil.Alive(s.InitPID) {
 			syscall.Kill(s.InitPID, syscall.SIGKILL)
 		}
 		os.Remove(filepath.Join(r.dir(id), "guest.sock"))
@@ -169,12 +158,6 @@ func (r *Runtime) reap(id string) (*state, error) {
 		r.log.Warn("sandbox's supervisor died; marked stopped", "id", id)
 		return nil
 	})
-}
-
-func newID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
 }
 
 // Create makes a sandbox's directories and starts its supervisor.
@@ -221,7 +204,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 		env[k] = v
 	}
 
-	id := newID()
+	id := sbutil.NewID()
 	dir := r.dir(id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
@@ -238,11 +221,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	}
 	// The upper dir's mode becomes the mode of the sandbox's "/".
 	os.Chmod(d.Upper(), 0o755)
-	var tok [16]byte
-	rand.Read(tok[:])
 	st := &state{
 		Info:     sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
-		Token:    hex.EncodeToString(tok[:]),
+		Token:    sbutil.NewToken(),
 		Template: rootfs.Digest,
 		Init: initConfig{
 			Dir: dir, Lower: rootfs.Lower, Binds: rootfs.Binds,
@@ -331,7 +312,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
-			return fmt.Errorf("the sandbox stopped while starting: %s: %w", lastLines(string(log), 4), sandbox.ErrUnavailable)
+			return fmt.Errorf("the sandbox stopped while starting: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
 		default:
 		}
 		if ctx.Err() != nil {
@@ -339,43 +320,21 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
-			return fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", lastLines(string(log), 4), sandbox.ErrUnavailable)
+			return fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
 func (r *Runtime) session(id string, st *state) *guest.Session {
 	c, _ := guest.NewClient("unix://"+filepath.Join(r.dir(id), "guest.sock"), guest.ClientOptions{AccessToken: st.Token})
-	return guest.NewSession(c, guest.SessionOptions{
-		ID:   id,
-		Root: st.Info.Spec.Root,
-		Info: func(ctx context.Context) (sandbox.Info, error) {
-			st, err := r.load(id)
-			if err != nil {
-				return sandbox.Info{}, err
-			}
-			return st.Info, nil
-		},
-		Check: func(ctx context.Context) error {
-			st, err := r.load(id)
-			if err != nil {
-				return err
-			}
-			if st.Info.State != sandbox.StateRunning {
-				return fmt.Errorf("sandbox %q is %s; resume it first (cove sandbox resume %s): %w", id, st.Info.State, id, sandbox.ErrState)
-			}
-			return nil
-		},
-	})
+	return guest.NewSession(c, guest.RuntimeSessionOptions(id, st.Info.Spec.Root, func(ctx context.Context) (sandbox.Info, error) {
+		st, err := r.load(id)
+		if err != nil {
+			return sandbox.Info{}, err
+		}
+		return st.Info, nil
+	}, fmt.Sprintf(" (cove sandbox resume %s)", id)))
 }
 
 func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
@@ -422,7 +381,7 @@ func (r *Runtime) stopLocked(ctx context.Context, id string) error {
 		return nil
 	}
 	syscall.Kill(st.ShimPID, syscall.SIGTERM)
-	for deadline := time.Now().Add(10 * time.Second); alive(st.ShimPID); {
+	for deadline := time.Now().Add(10 * time.Second); sbutil.Alive(st.ShimPID); {
 		if time.Now().After(deadline) {
 			syscall.Kill(st.ShimPID, syscall.SIGKILL)
 			break
