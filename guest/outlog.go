@@ -38,8 +38,9 @@ type outLog struct {
 	changed chan struct{} // closed and replaced on every change
 }
 
-// cursor is one attached client's position in the log.
-type cursor struct{ next uint64 }
+// cursor is one attached client's position in the log. inflight is the
+// position after the event being sent right now.
+type cursor struct{ next, inflight uint64 }
 
 func newOutLog(limit int) *outLog {
 	if limit < 64<<10 {
@@ -147,6 +148,29 @@ func (l *outLog) read(c *cursor) (evs []logEvent, done bool, changed <-chan stru
 		evs = append([]logEvent(nil), l.events[i:]...)
 	}
 	return evs, l.done && len(evs) == 0, l.changed
+}
+
+// sending records that the events up to c.next+n are being sent to c.
+func (l *outLog) sending(c *cursor, n int) {
+	l.mu.Lock()
+	c.inflight = c.next + uint64(n)
+	l.mu.Unlock()
+}
+
+// detachDelivered removes a client that detached on purpose: whatever was
+// sent to it counts as delivered (it has it, or chose to drop it), so the
+// next client starts after that.
+func (l *outLog) detachDelivered(c *cursor) {
+	l.mu.Lock()
+	delete(l.cursors, c)
+	if c.inflight > l.sent {
+		l.sent = c.inflight
+	}
+	if c.next > l.sent {
+		l.sent = c.next
+	}
+	l.notifyLocked()
+	l.mu.Unlock()
 }
 
 // consume advances c past n delivered events.

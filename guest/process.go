@@ -210,7 +210,7 @@ func (m *processManager) detachStream(w http.ResponseWriter, r *http.Request) {
 	delete(m.streams, id)
 	m.mu.Unlock()
 	if st != nil {
-		st.log.detach(st.cursor)
+		st.log.detachDelivered(st.cursor)
 		st.cancel()
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -234,6 +234,7 @@ func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send fu
 			evs = evs[:maxBatch]
 		}
 		for _, ev := range evs {
+			p.log.sending(c, 1)
 			if err := send(dataEvent(ev)); err != nil {
 				return err
 			}
