@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -92,6 +93,7 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("hardening the sandbox: %w", err)
 		}
 	}
+	warmThreads(8)
 	token := os.Getenv(guest.TokenEnv)
 	os.Unsetenv(guest.TokenEnv)
 	srv, err := guest.NewServer(guest.Config{
@@ -266,6 +268,23 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// warmThreads makes the Go runtime start n OS threads now, which it then
+// keeps idle for reuse. The daemon shares the sandbox's pids limit with
+// its commands; under a fork bomb no new thread can be made, and a Go
+// program that cannot make a thread it needs dies.
+func warmThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A blocking syscall holds its thread, so each one needs its own.
+			unix.Nanosleep(&unix.Timespec{Nsec: 2e6}, nil)
+		}()
+	}
+	wg.Wait()
 }
 
 // readOOMCounter reads "oom_kill N" from an open cgroup file.
