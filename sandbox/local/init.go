@@ -93,7 +93,9 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("hardening the sandbox: %w", err)
 		}
 	}
-	warmThreads(8)
+	// In the background: it needs no more than a few milliseconds, and
+	// the daemon can serve meanwhile.
+	go warmThreads(8)
 	token := os.Getenv(guest.TokenEnv)
 	os.Unsetenv(guest.TokenEnv)
 	srv, err := guest.NewServer(guest.Config{
