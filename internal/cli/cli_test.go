@@ -181,6 +181,22 @@ func TestSandboxCLI(t *testing.T) {
 	if out := must("sandbox", "ls"); strings.Contains(out, id) || strings.Contains(out, fork) {
 		t.Errorf("ls after rm: %q", out)
 	}
+	// A manifest builds the workspace at create.
+	mdir := t.TempDir()
+	os.MkdirAll(mdir+"/src", 0o755)
+	os.WriteFile(mdir+"/src/main.py", []byte("print(1)\n"), 0o644)
+	os.WriteFile(mdir+"/manifest.json", []byte(`{"entries": {"README.md": {"type": "file", "content": "hi\n"}, "code": {"type": "local_dir", "src": "src"}}, "environment": {"value": {"STAGE": "test"}}}`), 0o644)
+	mid := strings.TrimSpace(must("sandbox", "create", "--manifest", mdir+"/manifest.json"))
+	t.Cleanup(func() { run(t, "sandbox", "rm", "-f", mid) })
+	if out := must("sandbox", "exec", mid, "--", "sh", "-c", "cat README.md code/main.py; echo $STAGE"); out != "hi\nprint(1)\ntest\n" {
+		t.Errorf("workspace from the manifest: %q", out)
+	}
+	os.WriteFile(mdir+"/bad.json", []byte(`{"entries": {"../x": {"type": "file", "content": "x"}}}`), 0o644)
+	_, _, err = run(t, "sandbox", "create", "--manifest", mdir+"/bad.json")
+	if err == nil || !strings.Contains(err.Error(), "../x") {
+		t.Errorf("a manifest with ../x: %v, want an error naming the entry", err)
+	}
+
 	_, _, err = run(t, "sandbox", "exec", "sb-nope", "--", "true")
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("exec in an unknown sandbox: %v", err)
