@@ -105,7 +105,7 @@ func newRuntime(t *testing.T) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := New(Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv}})
+	rt, err := New(Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv, "GORACE=atexit_sleep_ms=0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
