@@ -157,8 +157,8 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	close(errs)
 	close(ids)
 	failed := len(errs)
-	var rss, pss int64
-	count := 0
+	var rss, pss, cg int64
+	count, cgCount := 0, 0
 	for id := range ids {
 		if st, err := rt.Processes(id); err == nil {
 			for _, pid := range st {
@@ -167,12 +167,20 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 			}
 			count++
 		}
+		if n, err := rt.MemoryUsage(id); err == nil {
+			cg += n
+			cgCount++
+		}
 	}
 	add("100 sandboxes at once, all answering", "cove local", all.Round(time.Millisecond).String(), fmt.Sprintf("%d failed", failed), "", "< 2s")
 	if count > 0 {
 		// RSS counts the binary's pages that all sandboxes share; PSS
 		// splits them, so it is what one more sandbox costs.
 		add("idle memory per sandbox (shim+init)", "cove local", fmt.Sprintf("PSS %.1f MB", float64(pss)/float64(count)/1e6), fmt.Sprintf("RSS %.1f MB", float64(rss)/float64(count)/1e6), "", "< 10 MB")
+	}
+	if cgCount > 0 {
+		// pid 1's cgroup (the supervisor stays outside it).
+		add("idle memory per sandbox (its cgroup)", "cove local", fmt.Sprintf("%.1f MB", float64(cg)/float64(cgCount)/1e6), "", "", "< 10 MB")
 	}
 	infos, _ := rt.List(ctx)
 	for _, in := range infos {
