@@ -1,7 +1,9 @@
 package guest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -217,4 +219,19 @@ func isConnErr(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sandbox.ErrUnavailable) ||
 		errors.As(err, &ne)
+}
+
+// SetEnv merges variables into the environment every later process in
+// the sandbox gets (envd's POST /init).
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	body, err := json.Marshal(map[string]any{"envVars": env})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/init", nil, bytes.NewReader(body), http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		return fmt.Errorf("setting the sandbox's environment: %w", err)
+	}
+	resp.Body.Close()
+	return nil
 }

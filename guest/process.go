@@ -571,9 +571,11 @@ func (s *Server) processEnv(req map[string]string, user *sysUser, dir string) ma
 	if user != nil {
 		env["HOME"], env["USER"], env["LOGNAME"] = user.home, user.name, user.name
 	}
-	for k, v := range s.cfg.Env {
+	s.envMu.RLock()
+	for k, v := range s.env {
 		env[k] = v
 	}
+	s.envMu.RUnlock()
 	for k, v := range req {
 		env[k] = v
 	}

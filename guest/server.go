@@ -14,10 +14,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -72,6 +76,10 @@ type Server struct {
 	log   *slog.Logger
 	procs *processManager
 	fs    *fsService
+
+	// envMu guards env: Config.Env plus what POST /init added.
+	envMu sync.RWMutex
+	env   map[string]string
 }
 
 // NewServer prepares a daemon from cfg.
@@ -99,7 +107,10 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, env: map[string]string{}}
+	for k, v := range cfg.Env {
+		s.env[k] = v
+	}
 	s.fs = &fsService{srv: s}
 	s.procs = newProcessManager(s)
 	return s, nil
@@ -115,6 +126,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.Handle("POST /init", s.requireToken(http.HandlerFunc(s.initVars)))
+	mux.Handle("GET /envs", s.requireToken(http.HandlerFunc(s.envVars)))
 	mux.Handle("GET /files", s.requireToken(http.HandlerFunc(s.fs.download)))
 	mux.Handle("POST /files", s.requireToken(http.HandlerFunc(s.fs.upload)))
 	mux.Handle("GET /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarDownload)))
@@ -210,6 +223,43 @@ func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		}
 		return next(ctx, conn)
 	}
+}
+
+// initVars serves envd's POST /init: environment variables every later
+// process gets (merged over the current ones). The other fields envd
+// takes there (time sync, volume mounts) do not apply to Cove's
+// sandboxes and are ignored.
+func (s *Server) initVars(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		EnvVars map[string]string `json:"envVars"`
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
+			writeJSONError(w, http.StatusBadRequest, "malformed JSON body: want {\"envVars\": {\"NAME\": \"value\"}}")
+			return
+		}
+	}
+	for k := range body.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("environment variable name %q is not valid", k))
+			return
+		}
+	}
+	s.envMu.Lock()
+	for k, v := range body.EnvVars {
+		s.env[k] = v
+	}
+	s.envMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// envVars serves envd's GET /envs: the variables every process gets.
+func (s *Server) envVars(w http.ResponseWriter, r *http.Request) {
+	s.envMu.RLock()
+	out := maps.Clone(s.env)
+	s.envMu.RUnlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }
 
 // writeJSONError writes envd's error shape: {"message": ..., "code": N}.

@@ -61,6 +61,35 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	add("create→first output (host)", "cove local", ms(coveT.p50), ms(coveT.p99), "1.00x", "p50 < 15ms, p99 < 50ms")
+	// With a warm pool of 2, refilled between runs (untimed).
+	prt, err := local.New(local.Config{Dir: filepath.Join(dir, "pool"), Pool: 2})
+	if err != nil {
+		return err
+	}
+	prt.Create(ctx, sandbox.Spec{}) // fills the pool
+	poolT, err := timeN(n, func() error {
+		s, err := prt.Create(ctx, sandbox.Spec{})
+		if err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"hi"}, Stdout: &out})
+		if err == nil && out.String() != "hi\n" {
+			err = fmt.Errorf("got %q", out.String())
+		}
+		return err
+	}, func() {
+		infos, _ := prt.List(ctx)
+		for _, in := range infos {
+			prt.Delete(ctx, in.ID)
+		}
+		prt.WaitPool()
+	})
+	prt.DrainPool(ctx)
+	if err != nil {
+		return err
+	}
+	add("", "cove local, warm pool", ms(poolT.p50), ms(poolT.p99), fmt.Sprintf("%.2fx", float64(poolT.p50)/float64(coveT.p50)), "")
 	for _, peer := range peers(dir) {
 		if peer.missing != "" {
 			fmt.Fprintf(stderr, "  %s: skipped: %s\n", peer.name, peer.missing)

@@ -202,3 +202,49 @@ func TestSandboxCLI(t *testing.T) {
 		t.Errorf("exec in an unknown sandbox: %v", err)
 	}
 }
+
+// TestSandboxPoolCLI: with COVE_POOL, create leaves a sandbox ready that
+// the next create hands out; drain deletes it.
+func TestSandboxPoolCLI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the local runtime needs root (CI runs as root)")
+	}
+	home, err := os.MkdirTemp("", "cq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	t.Setenv("COVE_HOME", home)
+	t.Setenv("COVE_POOL", "1")
+	t.Cleanup(func() { run(t, "sandbox", "drain") })
+	ids := map[string]bool{}
+	for range 2 {
+		out, errOut, err := run(t, "sandbox", "create", "--env", "K=v")
+		if err != nil {
+			t.Fatalf("create: %v %s", err, errOut)
+		}
+		id := strings.TrimSpace(out)
+		ids[id] = true
+		t.Cleanup(func() { run(t, "sandbox", "rm", "-f", id) })
+		if o, _, err := run(t, "sandbox", "exec", id, "--", "printenv", "K"); err != nil || o != "v\n" {
+			t.Errorf("exec in %s: %q %v", id, o, err)
+		}
+	}
+	entries, _ := os.ReadDir(home + "/sandboxes")
+	if len(entries) != 3 {
+		t.Errorf("%d sandbox directories, want 2 handed out + 1 ready", len(entries))
+	}
+	if _, _, err := run(t, "sandbox", "drain"); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ = os.ReadDir(home + "/sandboxes")
+	if len(entries) != 2 {
+		t.Errorf("after drain: %d sandbox directories, want the 2 handed out", len(entries))
+	}
+	out, _, _ := run(t, "sandbox", "ls")
+	for id := range ids {
+		if !strings.Contains(out, id) {
+			t.Errorf("ls lacks %s", id)
+		}
+	}
+}

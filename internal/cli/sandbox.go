@@ -37,6 +37,11 @@ Commands:
   snapshot ID -o FILE.tar                         save the workspace as a tar
   stop ID | resume ID | fork ID                   stop keeping the disk, resume, copy
   rm [-f] ID...                                   delete (-f stops a running one first)
+  drain                                           delete the sandboxes kept ready for COVE_POOL
+
+Environment:
+  COVE_POOL=N       keep N sandboxes started ahead, so create hands one out at once
+                    (host template, default workspace, no --disk; env, limits and TTL apply)
 
 Flags for every command:
   --state-dir DIR   where sandboxes live (default /var/lib/cove as root, $XDG_DATA_HOME/cove otherwise)
@@ -81,6 +86,9 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	case "rm", "delete":
 		return sandboxRemove(ctx, rt, args, stdout, stderr)
+	case "drain":
+		// Deletes the sandboxes kept ready by COVE_POOL.
+		return rt.DrainPool(ctx)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, sandboxUsage)
 		return nil
@@ -143,7 +151,13 @@ func localRuntime(stateDir string) (*local.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}})
+	pool := 0
+	if v := os.Getenv("COVE_POOL"); v != "" {
+		if pool, err = strconv.Atoi(v); err != nil || pool < 0 {
+			return nil, fmt.Errorf("COVE_POOL=%q: want a number of sandboxes to keep ready", v)
+		}
+	}
+	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool})
 }
 
 func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
@@ -209,6 +223,8 @@ func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout
 		}
 	}
 	fmt.Fprintln(stdout, s.ID())
+	// With COVE_POOL set, leave the pool full for the next create.
+	rt.WaitPool()
 	return nil
 }
 

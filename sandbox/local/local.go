@@ -70,6 +70,9 @@ type Config struct {
 	// Env is added to the supervisor's and pid 1's environment (never to
 	// sandbox commands): tests use it for GORACE.
 	Env []string
+	// Pool is how many sandboxes to keep started ahead of demand (see
+	// pool.go); 0 means none.
+	Pool int
 }
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
@@ -81,6 +84,7 @@ type Runtime struct {
 	// mu serializes Create/Stop/Resume/Delete within this process;
 	// state.json is guarded across processes by each sandbox's flock.
 	mu sync.Mutex
+	poolState
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -160,8 +164,40 @@ func (r *Runtime) reap(id string) (*state, error) {
 	})
 }
 
-// Create makes a sandbox's directories and starts its supervisor.
+// Create makes a sandbox, or hands out a pooled one when the spec allows.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
+	if r.cfg.Pool > 0 && poolable(spec) {
+		if err := validateSpec(&spec); err != nil {
+			return nil, err
+		}
+		s, ok := r.claim(ctx, spec)
+		r.refill()
+		if ok {
+			return s, nil
+		}
+	}
+	s, err := r.create(ctx, spec, false)
+	if err == nil {
+		r.refill()
+	}
+	return s, err
+}
+
+// validateSpec checks what Create checks before touching anything.
+func validateSpec(spec *sandbox.Spec) error {
+	for k := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("environment variable name %q is not valid: %w", k, sandbox.ErrInvalid)
+		}
+	}
+	if spec.Limits.MemoryBytes < 0 || spec.Limits.CPUs < 0 || spec.Limits.Pids < 0 || spec.Limits.DiskBytes < 0 {
+		return fmt.Errorf("negative limit in %+v: %w", spec.Limits, sandbox.ErrInvalid)
+	}
+	return nil
+}
+
+// create makes a sandbox's directories and starts its supervisor.
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (sandbox.Session, error) {
 	if spec.Root == "" {
 		spec.Root = sandbox.DefaultRoot
 	}
@@ -222,6 +258,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	// The upper dir's mode becomes the mode of the sandbox's "/".
 	os.Chmod(d.Upper(), 0o755)
 	st := &state{
+		Pooled:   pooled,
 		Info:     sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
 		Token:    sbutil.NewToken(),
 		Template: rootfs.Digest,
@@ -356,7 +393,7 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
 			continue
 		}
 		st, err := r.load(e.Name())
-		if err != nil {
+		if err != nil || st.Pooled {
 			continue
 		}
 		out = append(out, st.Info)

@@ -130,24 +130,43 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { exited <- cmd.Wait() }()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	var ttl <-chan time.Time
-	if !st.Deadline.IsZero() {
-		t := time.NewTimer(time.Until(st.Deadline))
-		defer t.Stop()
-		ttl = t.C
+	// SIGHUP: the state changed (a pooled sandbox was claimed and given a
+	// TTL): read the deadline again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ttlTimer := time.NewTimer(time.Hour)
+	ttlTimer.Stop()
+	defer ttlTimer.Stop()
+	setDeadline := func(d time.Time) {
+		ttlTimer.Stop()
+		if !d.IsZero() {
+			ttlTimer.Reset(time.Until(d))
+		}
 	}
+	setDeadline(st.Deadline)
 	reason := ""
 	var waitErr error
-	select {
-	case waitErr = <-exited:
-		reason = fmt.Sprintf("exited: %v", waitErr)
-	case <-sigs:
-		reason = "stopped"
-	case <-ttl:
-		reason = "ttl"
-		log.Info("TTL reached; stopping the sandbox")
-	case <-ctx.Done():
-		reason = "stopped"
+loop:
+	for {
+		select {
+		case waitErr = <-exited:
+			reason = fmt.Sprintf("exited: %v", waitErr)
+			break loop
+		case <-sigs:
+			reason = "stopped"
+			break loop
+		case <-hup:
+			if now, err := readState(dir); err == nil {
+				setDeadline(now.Deadline)
+			}
+		case <-ttlTimer.C:
+			reason = "ttl"
+			log.Info("TTL reached; stopping the sandbox")
+			break loop
+		case <-ctx.Done():
+			reason = "stopped"
+			break loop
+		}
 	}
 	if reason == "stopped" || reason == "ttl" {
 		// Killing pid 1 of a pid namespace kills every process in it.

@@ -27,6 +27,9 @@ type state struct {
 	// StopReason says why the sandbox last stopped ("ttl", "stopped",
 	// "exited: ...").
 	StopReason string `json:"stop_reason,omitempty"`
+	// Pooled marks a sandbox started ahead of demand and not yet given
+	// out: List hides it, Create claims it.
+	Pooled bool `json:"pooled,omitempty"`
 	// CgroupRoot is where the sandbox's cgroup lives (cgroup.Root's text
 	// form), so any process can find it again.
 	CgroupRoot string `json:"cgroup_root,omitempty"`

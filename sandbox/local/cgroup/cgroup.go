@@ -574,3 +574,27 @@ func (g *Group) Stats() (Stats, error) {
 	}
 	return s, nil
 }
+
+// Update changes the group's limits in place (a pooled sandbox takes the
+// limits of the sandbox it becomes). ErrUnavailable when a limit's
+// controller is missing.
+func (g *Group) Update(l Limits) error {
+	if l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 {
+		return fmt.Errorf("updating cgroup %q: negative limit in %+v: %w", g.name, l, sandbox.ErrInvalid)
+	}
+	if g.v2 != nil {
+		cove := g.root.dirs[""]
+		if err := g.v2.Update(v2Resources(l, v2Available(g.root.v2Base), cove)); err != nil {
+			return fmt.Errorf("updating cgroup %q: %w", g.name, err)
+		}
+		return nil
+	}
+	res, err := g.root.v1Resources(l)
+	if err != nil {
+		return err
+	}
+	if err := g.v1.Update(res); err != nil {
+		return fmt.Errorf("updating cgroup %q: %w", g.name, err)
+	}
+	return nil
+}

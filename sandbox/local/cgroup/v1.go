@@ -130,7 +130,8 @@ func missing(v Version, controller, limit string) error {
 		controller, v, limit, how, limit, sandbox.ErrUnavailable)
 }
 
-func (r *Root) newV1(name string, l Limits) (*Group, error) {
+// v1Resources turns limits into the v1 resources to set.
+func (r *Root) v1Resources(l Limits) (*specs.LinuxResources, error) {
 	res := &specs.LinuxResources{}
 	if l.MemoryBytes > 0 {
 		d, ok := r.dirs[Memory]
@@ -158,6 +159,14 @@ func (r *Root) newV1(name string, l Limits) (*Group, error) {
 		}
 		n := int64(l.Pids)
 		res.Pids = &specs.LinuxPids{Limit: &n}
+	}
+	return res, nil
+}
+
+func (r *Root) newV1(name string, l Limits) (*Group, error) {
+	res, err := r.v1Resources(l)
+	if err != nil {
+		return nil, err
 	}
 	hier, path, err := r.v1Hierarchy(name)
 	if err != nil {

@@ -159,28 +159,7 @@ func (r *Root) newV2(name string, l Limits) (*Group, error) {
 		}
 	}
 
-	res := &cgroup2.Resources{}
-	if contains(avail, Memory) {
-		res.Memory = &cgroup2.Memory{}
-		if l.MemoryBytes > 0 {
-			m := l.MemoryBytes
-			res.Memory.Max = &m
-			if _, err := os.Stat(filepath.Join(cove, "memory.swap.max")); err == nil {
-				var none int64
-				res.Memory.Swap = &none
-			}
-		}
-	}
-	if contains(avail, CPU) {
-		res.CPU = &cgroup2.CPU{}
-		if l.CPUs > 0 {
-			q, p := cpuQuota(l.CPUs), uint64(cfsPeriod)
-			res.CPU.Max = cgroup2.NewCPUMax(&q, &p)
-		}
-	}
-	if contains(avail, Pids) {
-		res.Pids = &cgroup2.Pids{Max: int64(l.Pids)}
-	}
+	res := v2Resources(l, avail, cove)
 	// With cove as the library's mount point it enables controllers in
 	// cove alone, never above the caller's cgroup.
 	m, err := cgroup2.NewManager(cove, "/"+name, res)
@@ -237,4 +216,32 @@ func (g *Group) statsV2() (Stats, error) {
 		s.Pids = int(m.Pids.Current)
 	}
 	return s, nil
+}
+
+// v2Resources turns limits into the v2 resources to set, for the
+// controllers available under cove.
+func v2Resources(l Limits, avail []string, cove string) *cgroup2.Resources {
+	res := &cgroup2.Resources{}
+	if contains(avail, Memory) {
+		res.Memory = &cgroup2.Memory{}
+		if l.MemoryBytes > 0 {
+			m := l.MemoryBytes
+			res.Memory.Max = &m
+			if _, err := os.Stat(filepath.Join(cove, "memory.swap.max")); err == nil {
+				var none int64
+				res.Memory.Swap = &none
+			}
+		}
+	}
+	if contains(avail, CPU) {
+		res.CPU = &cgroup2.CPU{}
+		if l.CPUs > 0 {
+			q, p := cpuQuota(l.CPUs), uint64(cfsPeriod)
+			res.CPU.Max = cgroup2.NewCPUMax(&q, &p)
+		}
+	}
+	if contains(avail, Pids) {
+		res.Pids = &cgroup2.Pids{Max: int64(l.Pids)}
+	}
+	return res
 }
