@@ -3,9 +3,11 @@ package guest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -582,6 +584,36 @@ func TestAccessToken(t *testing.T) {
 		}
 		if err := bad.Health(context.Background()); err != nil {
 			t.Errorf("health must not need the token: %v", err)
+		}
+	}
+}
+
+// TestInitEnv: envd's POST /init adds environment variables to every later
+// process; GET /envs lists them; bad input is refused.
+func TestInitEnv(t *testing.T) {
+	_, c := startTestServer(t, Config{Env: map[string]string{"BASE": "1"}})
+	ctx := context.Background()
+	if err := c.SetEnv(ctx, map[string]string{"ADDED": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	got := runToEnd(t, c, startReq("sh", "-c", "echo $BASE $ADDED"))
+	if got.stdout.String() != "1 2\n" {
+		t.Errorf("env after /init: %q, want %q", got.stdout.String(), "1 2\n")
+	}
+	resp, err := c.do(ctx, "GET", "/envs", nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var envs map[string]string
+	json.NewDecoder(resp.Body).Decode(&envs)
+	resp.Body.Close()
+	if envs["BASE"] != "1" || envs["ADDED"] != "2" {
+		t.Errorf("GET /envs = %v", envs)
+	}
+	for _, body := range []string{"{not json", `{"envVars": {"A=B": "x"}}`} {
+		_, err := c.do(ctx, "POST", "/init", nil, strings.NewReader(body), http.Header{"Content-Type": {"application/json"}})
+		if !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("POST /init %s: %v, want ErrInvalid", body, err)
 		}
 	}
 }
