@@ -40,18 +40,7 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 
 	// create -> first output
 	fmt.Fprintf(stderr, "→ create -> first output, %d runs each\n", n)
-	coveT, err := timeN(n, func() error {
-		s, err := rt.Create(ctx, sandbox.Spec{})
-		if err != nil {
-			return err
-		}
-		var out bytes.Buffer
-		_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"hi"}, Stdout: &out})
-		if err == nil && out.String() != "hi\n" {
-			err = fmt.Errorf("got %q", out.String())
-		}
-		return err
-	}, func() {
+	coveT, err := timeN(n, func() error { return createAndEcho(ctx, rt) }, func() {
 		infos, _ := rt.List(ctx)
 		for _, in := range infos {
 			rt.Delete(ctx, in.ID)
@@ -67,18 +56,7 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	prt.Create(ctx, sandbox.Spec{}) // fills the pool
-	poolT, err := timeN(n, func() error {
-		s, err := prt.Create(ctx, sandbox.Spec{})
-		if err != nil {
-			return err
-		}
-		var out bytes.Buffer
-		_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"hi"}, Stdout: &out})
-		if err == nil && out.String() != "hi\n" {
-			err = fmt.Errorf("got %q", out.String())
-		}
-		return err
-	}, func() {
+	poolT, err := timeN(n, func() error { return createAndEcho(ctx, prt) }, func() {
 		infos, _ := prt.List(ctx)
 		for _, in := range infos {
 			prt.Delete(ctx, in.ID)
@@ -222,6 +200,21 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	return tw.Flush()
+}
+
+// createAndEcho creates a sandbox and waits for a command's output: what
+// "create -> first output" measures.
+func createAndEcho(ctx context.Context, rt *local.Runtime) error {
+	s, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"hi"}, Stdout: &out})
+	if err == nil && out.String() != "hi\n" {
+		err = fmt.Errorf("got %q", out.String())
+	}
+	return err
 }
 
 type timing struct{ p50, p99 time.Duration }
