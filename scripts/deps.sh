@@ -14,6 +14,9 @@ command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v cp >/dev/null || need+=(coreutils)
+# Tests use pkill (procps) and dpkg-deb (dpkg).
+command -v pkill >/dev/null || need+=(procps)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
