@@ -17,6 +17,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/harden"
 )
 
 // ShimMain is `cove local-shim`: a sandbox's supervisor. Detached from
@@ -85,6 +86,17 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 			// cgroup v2: pid 1 is born in its group.
 			cmd.SysProcAttr.UseCgroupFD = true
 			cmd.SysProcAttr.CgroupFD = fd
+		}
+	}
+	if st.Init.Harden {
+		// pid 1 inherits this thread's bounding set: leave it only what it
+		// needs to build the root (mounts, hostname: SYS_ADMIN; loopback:
+		// NET_ADMIN; shrinking the set further: SETPCAP) and to serve.
+		// The thread is locked and only starts pid 1.
+		if err := harden.ShrinkBoundingSet([]string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP"}); err != nil {
+			lf.Close()
+			release()
+			return err
 		}
 	}
 	if err := cmd.Start(); err != nil {

@@ -8,3 +8,8 @@ import "errors"
 func Apply(opts Options) (Report, error) {
 	return Report{}, errors.New("hardening: only Linux has capabilities, seccomp and Landlock")
 }
+
+// ShrinkBoundingSet is Linux-only.
+func ShrinkBoundingSet(extra []string) error {
+	return errors.New("hardening: only Linux has capability bounding sets")
+}

@@ -125,3 +125,32 @@ func dropCaps(keep uint64) (uint64, error) {
 	}
 	return kept, nil
 }
+
+// ShrinkBoundingSet drops from the calling thread's capability bounding
+// set every capability but DefaultKeepCaps and extra. A supervisor calls
+// it on the (locked) thread that then starts the sandbox's first process:
+// the child inherits the smaller set, keeping only what it needs to set
+// the sandbox up (extra) and to serve, so its Apply has a few drops to
+// make on every thread instead of dozens, each a stop-the-world. The
+// caller keeps its own permitted and effective capabilities.
+func ShrinkBoundingSet(extra []string) error {
+	keep, err := capMask(append(DefaultKeepCaps(), extra...))
+	if err != nil {
+		return err
+	}
+	for c := 0; ; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			return nil // past the kernel's last capability
+		}
+		if err != nil {
+			return fmt.Errorf("reading the bounding set: %w", err)
+		}
+		if in == 0 || keep&(1<<c) != 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("dropping %s from the bounding set: %w", capName(c), err)
+		}
+	}
+}
