@@ -25,6 +25,8 @@ test: deps
 
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchtime=2s ./guest/
+	$(GO) test -run='^$$' -bench=. -benchtime=100x ./sandbox/local/
+	./bin/cove bench
 
 # generate rebuilds the Connect/protobuf code from guest/proto.
 generate:
