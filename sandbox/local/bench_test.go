@@ -16,7 +16,7 @@ func BenchmarkCreateFirstOutput(b *testing.B) {
 	if testing.Short() {
 		b.Skip()
 	}
-	rt := newRuntime(&testing.T{})
+	rt := newRuntime(b)
 	ctx := context.Background()
 	var times []time.Duration
 	for b.Loop() {
@@ -42,7 +42,7 @@ func BenchmarkCreateFirstOutput(b *testing.B) {
 // BenchmarkExecTrue times an exec round trip in a running sandbox
 // (target: p50 under 2 ms).
 func BenchmarkExecTrue(b *testing.B) {
-	rt := newRuntime(&testing.T{})
+	rt := newRuntime(b)
 	ctx := context.Background()
 	s, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {

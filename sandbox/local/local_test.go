@@ -57,7 +57,7 @@ func echoServer(port string) {
 	}
 }
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the local runtime needs root (CI runs as root)")
@@ -72,7 +72,7 @@ var (
 
 // newRuntime returns one runtime shared by the tests (its sandboxes are
 // independent), so the host template is prepared once.
-func newRuntime(t *testing.T) *Runtime {
+func newRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	needRoot(t)
 	sharedOnce.Do(func() {
