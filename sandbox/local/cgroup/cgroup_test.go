@@ -441,9 +441,16 @@ func TestLoadList(t *testing.T) {
 				t.Errorf("loaded Path(%q) = %q, want %q", c, h.Path(c), g.Path(c))
 			}
 		}
-		want, _ := g.Pids()
-		if got, err := h.Pids(); err != nil || !slices.Equal(got, want) {
-			t.Errorf("loaded group's Pids() = %v, %v; want %v", got, err, want)
+		// The started command may still be forking (a shell, then its
+		// child), so compare until both reads agree.
+		var got, want []int
+		var perr error
+		if !eventually(5*time.Second, func() bool {
+			want, _ = g.Pids()
+			got, perr = h.Pids()
+			return perr == nil && slices.Equal(got, want)
+		}) {
+			t.Errorf("loaded group's Pids() = %v, %v; want %v", got, perr, want)
 		}
 		if _, err := h.Stats(); err != nil {
 			t.Errorf("loaded group's Stats(): %v", err)
