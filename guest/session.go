@@ -158,11 +158,7 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(streamCtx))
-	if streamCtx != context.Background() {
-		stop := context.AfterFunc(streamCtx, cancel)
-		_ = stop
-	}
+	sctx, cancel := context.WithCancel(streamCtx)
 	h := http.Header{ConfineHeader: {s.opts.Root}}
 	if r.User != "" {
 		// envd names the user of a request in a Basic authorization header.
@@ -177,17 +173,10 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 	}
 	p := newProcess(s, r.Tag, r.PTY != nil, r.Stdout, r.Stderr, cancel)
 	p.streamID = streamID
-	pid, err := p.run(ctx, func() (bool, *pb.ProcessEvent, error) {
-		if !stream.Receive() {
-			return false, nil, stream.Err()
-		}
-		return true, stream.Msg(), nil
-	}, stream.Close)
-	if err != nil {
+	if err := p.run(ctx, stream); err != nil {
 		cancel()
 		return nil, err
 	}
-	_ = pid
 	if r.Stdin != nil {
 		go p.feed(r.Stdin)
 	}
@@ -462,70 +451,65 @@ func newProcess(s *Session, tag string, hasPTY bool, stdout, stderr io.Writer, c
 
 // run reads the first event (the start, carrying the pid) under ctx, then
 // pumps the rest of the stream in the background.
-func (p *process) run(ctx context.Context, recv func() (bool, *pb.ProcessEvent, error), closeFn func() error) (int, error) {
-	type first struct {
-		ev  *pb.ProcessEvent
-		err error
-	}
-	fc := make(chan first, 1)
+func (p *process) run(ctx context.Context, stream *procEventStream) error {
+	first := make(chan error, 1)
 	go func() {
-		ok, ev, err := recv()
-		if !ok && err == nil {
-			err = fmt.Errorf("the sandbox daemon closed the stream before the process started: %w", sandbox.ErrUnavailable)
+		if !stream.Receive() {
+			err := stream.Err()
+			if err == nil {
+				err = fmt.Errorf("the sandbox daemon closed the stream before the process started: %w", sandbox.ErrUnavailable)
+			}
+			first <- wireError(err)
+			return
 		}
-		fc <- first{ev, err}
+		first <- nil
 	}()
-	var f first
 	select {
-	case f = <-fc:
+	case err := <-first:
+		if err != nil {
+			stream.Close()
+			return err
+		}
 	case <-ctx.Done():
 		p.cancel()
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
-	if f.err != nil {
-		closeFn()
-		return 0, wireError(f.err)
-	}
-	st := f.ev.GetStart()
+	st := stream.Msg().GetStart()
 	if st == nil {
-		closeFn()
-		return 0, fmt.Errorf("the sandbox daemon sent %T before the start event: %w", f.ev.GetEvent(), sandbox.ErrUnavailable)
+		stream.Close()
+		return fmt.Errorf("the sandbox daemon sent %T before the start event: %w", stream.Msg().GetEvent(), sandbox.ErrUnavailable)
 	}
 	p.mu.Lock()
 	p.pid = int(st.Pid)
 	p.mu.Unlock()
-	go p.pump(recv, closeFn)
-	return int(st.Pid), nil
+	go p.pump(stream)
+	return nil
 }
 
 // pump delivers output until the end event. If the stream breaks while
 // the handle is attached, it reconnects by pid and goes on from the output
 // not yet delivered.
-func (p *process) pump(recv func() (bool, *pb.ProcessEvent, error), closeFn func() error) {
-	for {
-		ok, ev, err := recv()
-		if ok {
-			if p.handle(ev) {
-				closeFn()
-				return
-			}
-			continue
-		}
-		closeFn()
-		p.mu.Lock()
-		detached := p.detached
-		p.mu.Unlock()
-		if detached {
+func (p *process) pump(stream *procEventStream) {
+	for stream.Receive() {
+		if p.handle(stream.Msg()) {
+			stream.Close()
 			return
 		}
-		if err == nil {
-			err = errors.New("the stream ended without an end event")
-		}
-		// Reconnect: the daemon may have restarted the connection.
-		if rerr := p.reconnect(); rerr != nil {
-			p.finish(nil, fmt.Errorf("lost the output stream of process %d (%v) and could not reattach: %w", p.PID(), err, rerr))
-		}
+	}
+	stream.Close()
+	p.mu.Lock()
+	detached := p.detached
+	p.mu.Unlock()
+	if detached {
 		return
+	}
+	err := stream.Err()
+	if err == nil {
+		err = errors.New("the stream ended without an end event")
+	}
+	// Reconnect: the daemon may have restarted the connection.
+	if rerr := p.reconnect(); rerr != nil {
+		p.finish(nil, fmt.Errorf("lost the output stream of process %d (%v) and could not reattach: %w", p.PID(), err, rerr))
 	}
 }
 
@@ -570,16 +554,11 @@ func (p *process) connect(ctx context.Context) error {
 	p.streamID = streamID
 	p.detached = false
 	p.mu.Unlock()
-	_, err = p.run(ctx, func() (bool, *pb.ProcessEvent, error) {
-		if !stream.Receive() {
-			return false, nil, stream.Err()
-		}
-		return true, stream.Msg(), nil
-	}, stream.Close)
-	if err != nil {
+	if err := p.run(ctx, stream); err != nil {
 		cancel()
+		return err
 	}
-	return err
+	return nil
 }
 
 // handle processes one event; it reports true at the end.

@@ -66,7 +66,7 @@ func (c *Client) openStream(ctx context.Context, procedure string, msg proto.Mes
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, wireError(connect.NewError(connectCodeForHTTP(resp.StatusCode), fmt.Errorf("%s: HTTP %d", procedure, resp.StatusCode)))
+		return nil, fmt.Errorf("%s: %w", procedure, httpError(resp))
 	}
 	return &procEventStream{body: resp.Body, br: bufio.NewReaderSize(resp.Body, 64<<10)}, nil
 }
@@ -151,20 +151,4 @@ func endStreamError(data []byte) error {
 		code = connect.CodeUnknown
 	}
 	return connect.NewError(code, errors.New(end.Error.Message))
-}
-
-func connectCodeForHTTP(status int) connect.Code {
-	switch status {
-	case http.StatusBadRequest:
-		return connect.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return connect.CodeUnauthenticated
-	case http.StatusForbidden:
-		return connect.CodePermissionDenied
-	case http.StatusNotFound:
-		return connect.CodeUnimplemented
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return connect.CodeUnavailable
-	}
-	return connect.CodeUnknown
 }

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox/local"
@@ -95,18 +93,4 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "cove: unknown command %q\n\n%s", args[0], usage)
 	return ErrUsage
-}
-
-// home is cove's state directory.
-func home() string {
-	if h := os.Getenv("COVE_HOME"); h != "" {
-		return h
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/cove"
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".cove")
-	}
-	return filepath.Join(os.TempDir(), "cove")
 }

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -305,5 +304,3 @@ func readOOMCounter(f *os.File) int64 {
 	}
 	return -1
 }
-
-var _ = syscall.Getpid
