@@ -9,8 +9,10 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -334,4 +336,32 @@ type Archiver interface {
 	// WriteDirTar extracts a tar stream into dir, creating it, with the
 	// same refusals as RestoreWorkspace.
 	WriteDirTar(ctx context.Context, dir string, r io.Reader) error
+}
+
+// Normalize fills a spec's defaults (Root: DefaultRoot) and checks what
+// every runtime needs: an absolute, clean workspace root below /, valid
+// environment variable names, non-negative limits and TTL. Errors wrap
+// ErrInvalid and say what to change. Runtimes call it first in Create.
+func (s *Spec) Normalize() error {
+	if s.Root == "" {
+		s.Root = DefaultRoot
+	}
+	if !strings.HasPrefix(s.Root, "/") {
+		return fmt.Errorf("workspace root %q: want an absolute path such as %s: %w", s.Root, DefaultRoot, ErrInvalid)
+	}
+	root, err := ResolvePath("/", s.Root)
+	if err != nil || root == "/" {
+		return fmt.Errorf("workspace root %q: want an absolute path below /, such as %s: %w", s.Root, DefaultRoot, ErrInvalid)
+	}
+	s.Root = root
+	for k := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("environment variable name %q is not valid: names are non-empty and hold no '=' or NUL: %w", k, ErrInvalid)
+		}
+	}
+	l := s.Limits
+	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || s.TTL < 0 {
+		return fmt.Errorf("negative limit or TTL in %+v (ttl %s): limits are 0 (none) or positive: %w", l, s.TTL, ErrInvalid)
+	}
+	return nil
 }

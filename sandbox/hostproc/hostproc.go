@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -161,21 +160,12 @@ func (r *Runtime) save(st *state) error {
 
 // Create makes the sandbox's tree and starts its daemon.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
-	if spec.Root == "" {
-		spec.Root = sandbox.DefaultRoot
+	if err := spec.Normalize(); err != nil {
+		return nil, err
 	}
-	root, err := sandbox.ResolvePath("/", spec.Root)
-	if err != nil || root == "/" || !filepath.IsAbs(spec.Root) {
-		return nil, fmt.Errorf("workspace root %q: want an absolute path below /: %w", spec.Root, sandbox.ErrInvalid)
-	}
-	spec.Root = root
+	root := spec.Root
 	if spec.Template != "" && spec.Template != "host" {
 		return nil, fmt.Errorf("template %q: the hostproc runtime only has the \"host\" template: %w", spec.Template, sandbox.ErrNotFound)
-	}
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, fmt.Errorf("environment variable name %q is not valid: %w", k, sandbox.ErrInvalid)
-		}
 	}
 	st := &state{Info: sandbox.Info{ID: sbutil.NewID(), State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, Token: sbutil.NewToken()}
 	id := st.Info.ID

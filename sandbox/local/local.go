@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -166,10 +165,10 @@ func (r *Runtime) reap(id string) (*state, error) {
 
 // Create makes a sandbox, or hands out a pooled one when the spec allows.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
+	if err := spec.Normalize(); err != nil {
+		return nil, err
+	}
 	if r.cfg.Pool > 0 && poolable(spec) {
-		if err := validateSpec(&spec); err != nil {
-			return nil, err
-		}
 		s, ok := r.claim(ctx, spec)
 		r.refill()
 		if ok {
@@ -183,37 +182,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	return s, err
 }
 
-// validateSpec checks what Create checks before touching anything.
-func validateSpec(spec *sandbox.Spec) error {
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return fmt.Errorf("environment variable name %q is not valid: %w", k, sandbox.ErrInvalid)
-		}
-	}
-	if spec.Limits.MemoryBytes < 0 || spec.Limits.CPUs < 0 || spec.Limits.Pids < 0 || spec.Limits.DiskBytes < 0 {
-		return fmt.Errorf("negative limit in %+v: %w", spec.Limits, sandbox.ErrInvalid)
-	}
-	return nil
-}
-
-// create makes a sandbox's directories and starts its supervisor.
+// create makes a sandbox's directories and starts its supervisor. spec
+// is normalized.
 func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (sandbox.Session, error) {
-	if spec.Root == "" {
-		spec.Root = sandbox.DefaultRoot
-	}
-	if !path.IsAbs(spec.Root) {
-		return nil, fmt.Errorf("workspace root %q: want an absolute path such as /workspace: %w", spec.Root, sandbox.ErrInvalid)
-	}
-	root, err := sandbox.ResolvePath("/", spec.Root)
-	if err != nil || root == "/" {
-		return nil, fmt.Errorf("workspace root %q: want an absolute path below /: %w", spec.Root, sandbox.ErrInvalid)
-	}
-	spec.Root = root
-	for k := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, fmt.Errorf("environment variable name %q is not valid: %w", k, sandbox.ErrInvalid)
-		}
-	}
+	root := spec.Root
 	if spec.Network.Mode != "" && spec.Network.Mode != "none" {
 		return nil, fmt.Errorf("network mode %q: only \"none\" (loopback only) is supported so far: %w", spec.Network.Mode, sandbox.ErrInvalid)
 	}

@@ -48,7 +48,6 @@ func (r *Runtime) claim(ctx context.Context, spec sandbox.Spec) (sandbox.Session
 		if err != nil || !st.Pooled || st.Info.State != sandbox.StateRunning || !sbutil.Alive(st.ShimPID) {
 			continue
 		}
-		spec.Root = sandbox.DefaultRoot
 		won := false
 		st, err = updateState(r.dir(id), func(s *state) error {
 			if !s.Pooled || s.Info.State != sandbox.StateRunning {
@@ -122,8 +121,10 @@ func (r *Runtime) refill() {
 		defer r.poolWG.Done()
 		r.poolMu.Lock()
 		defer r.poolMu.Unlock()
+		var spec sandbox.Spec
+		spec.Normalize() // the defaults; cannot fail
 		for n := r.pooledCount(); n < r.cfg.Pool; n++ {
-			if _, err := r.create(context.Background(), sandbox.Spec{}, true); err != nil {
+			if _, err := r.create(context.Background(), spec, true); err != nil {
 				r.log.Warn("filling the sandbox pool", "err", err)
 				return
 			}
