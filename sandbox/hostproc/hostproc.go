@@ -8,7 +8,6 @@ package hostproc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,16 +49,9 @@ type Runtime struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer
 
-	// cacheMu guards cache: parsed state files by id, reused while the
-	// file is unchanged, so the state check before every call stays cheap.
-	cacheMu sync.Mutex
-	cache   map[string]cachedState
-}
-
-type cachedState struct {
-	mod  time.Time
-	size int64
-	st   state
+	// states caches parsed state files: the check before every call
+	// reads one.
+	states sbutil.JSONFiles[state]
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -82,7 +74,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{cfg: cfg, log: cfg.Logger, timers: map[string]*time.Timer{}, cache: map[string]cachedState{}}, nil
+	return &Runtime{cfg: cfg, log: cfg.Logger, timers: map[string]*time.Timer{}}, nil
 }
 
 // state is what the runtime stores per sandbox.
@@ -116,47 +108,17 @@ func (r *Runtime) load(id string) (*state, error) {
 // readState parses a sandbox's state file, or reuses the last parse while
 // the file is unchanged.
 func (r *Runtime) readState(id string) (state, error) {
-	fi, err := os.Stat(r.statePath(id))
+	st, err := r.states.Cached(r.statePath(id))
 	if errors.Is(err, os.ErrNotExist) {
 		return state{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
 	if err != nil {
 		return state{}, fmt.Errorf("reading sandbox %q: %w", id, err)
 	}
-	r.cacheMu.Lock()
-	c, ok := r.cache[id]
-	r.cacheMu.Unlock()
-	if ok && c.mod.Equal(fi.ModTime()) && c.size == fi.Size() {
-		return c.st, nil
-	}
-	data, err := os.ReadFile(r.statePath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return state{}, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
-	}
-	if err != nil {
-		return state{}, fmt.Errorf("reading sandbox %q: %w", id, err)
-	}
-	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
-		return state{}, fmt.Errorf("reading sandbox %q: corrupt state: %w", id, err)
-	}
-	r.cacheMu.Lock()
-	r.cache[id] = cachedState{mod: fi.ModTime(), size: fi.Size(), st: st}
-	r.cacheMu.Unlock()
 	return st, nil
 }
 
-func (r *Runtime) save(st *state) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := r.statePath(st.Info.ID) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, r.statePath(st.Info.ID))
-}
+func (r *Runtime) save(st *state) error { return sbutil.WriteJSON(r.statePath(st.Info.ID), st) }
 
 // Create makes the sandbox's tree and starts its daemon.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {

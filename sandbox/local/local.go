@@ -130,7 +130,7 @@ func (r *Runtime) load(id string) (*state, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
-	st, err := readState(r.dir(id))
+	st, err := cachedState(r.dir(id))
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 )
 
 // state is what the runtime and the supervisor share about one sandbox, in
@@ -39,32 +39,33 @@ type state struct {
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 
+// states caches parsed state files for the check before every call.
+var states sbutil.JSONFiles[state]
+
+// readState reads a sandbox's state from disk.
 func readState(dir string) (*state, error) {
-	data, err := os.ReadFile(statePath(dir))
-	if errors.Is(err, os.ErrNotExist) {
+	st, err := states.Read(statePath(dir))
+	return stateResult(dir, st, err)
+}
+
+// cachedState is readState answered from memory while the file is
+// unchanged; the result must not be modified.
+func cachedState(dir string) (*state, error) {
+	st, err := states.Cached(statePath(dir))
+	return stateResult(dir, st, err)
+}
+
+func stateResult(dir string, st state, err error) (*state, error) {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("sandbox %q: %w", filepath.Base(dir), sandbox.ErrNotFound)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("reading sandbox %q: %w", filepath.Base(dir), err)
-	}
-	var st state
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("reading sandbox %q: corrupt state file: %w", filepath.Base(dir), err)
 	}
 	return &st, nil
 }
 
-func writeState(dir string, st *state) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := statePath(dir) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, statePath(dir))
-}
+func writeState(dir string, st *state) error { return sbutil.WriteJSON(statePath(dir), st) }
 
 // lockDir takes the sandbox's lock (flock on DIR/lock) for a
 // read-modify-write of its state; the returned func releases it.

@@ -33,3 +33,23 @@ func TestLastLines(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestJSONFiles(t *testing.T) {
+	type doc struct{ N int }
+	path := t.TempDir() + "/s.json"
+	var f JSONFiles[doc]
+	if _, err := f.Cached(path); !os.IsNotExist(err) {
+		t.Fatalf("missing file: %v, want not exist", err)
+	}
+	for n := 1; n <= 20; n++ {
+		// Same size every time and written faster than the clock ticks:
+		// the inode still tells the versions apart.
+		if err := WriteJSON(path, doc{N: n % 10}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.Cached(path)
+		if err != nil || got.N != n%10 {
+			t.Fatalf("after write %d: Cached = %+v, %v; want N=%d", n, got, err, n%10)
+		}
+	}
+}
