@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -436,24 +435,18 @@ func tarName(sp string) string {
 // cannot give files away, so the name is accepted and ignored) or no user
 // applies. An unknown user is ErrPermission (401, envd's answer).
 func (f *fsService) ownerFor(h http.Header, username string) (*owner, error) {
-	if username == "" {
-		if auth := h.Get("Authorization"); strings.HasPrefix(auth, "Basic ") {
-			if raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic ")); err == nil {
-				username, _, _ = strings.Cut(string(raw), ":")
-			}
-		}
-	}
-	if username == "" {
-		username = f.srv.cfg.User
-	}
-	if username == "" || os.Geteuid() != 0 {
+	if os.Geteuid() != 0 {
 		return nil, nil
 	}
-	o, ok := f.names.user(f.srv, username)
-	if !ok {
-		return nil, fmt.Errorf("user %q does not exist in the sandbox; pass a user from its /etc/passwd: %w", username, sandbox.ErrPermission)
+	if username != "" {
+		// ?username= wins over the authorization header.
+		h = http.Header{"Authorization": {"Basic " + basicUser(username)}}
 	}
-	return &o, nil
+	u, err := f.srv.requestUser(h)
+	if err != nil || u == nil {
+		return nil, err
+	}
+	return &owner{u.uid, u.gid}, nil
 }
 
 // httpError writes err in envd's JSON error shape with the status its

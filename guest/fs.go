@@ -421,7 +421,7 @@ type idFile struct {
 	size    int64
 	byID    map[uint32]string
 	// users holds passwd entries by name (nil for group files).
-	users map[string]owner
+	users map[string]*sysUser
 }
 
 // name returns the name of id in the sandbox file (/etc/passwd or
@@ -434,15 +434,20 @@ func (n *idNames) name(s *Server, file string, id uint32) string {
 }
 
 // user looks a user name (or a numeric uid) up in the sandbox's
-// /etc/passwd.
-func (n *idNames) user(s *Server, name string) (owner, bool) {
-	if o, ok := n.load(s, "/etc/passwd").users[name]; ok {
-		return o, true
+// /etc/passwd; a uid it does not list is a user of that uid and gid with
+// / as home.
+func (n *idNames) user(s *Server, name string) (*sysUser, bool) {
+	f := n.load(s, "/etc/passwd")
+	if u, ok := f.users[name]; ok {
+		return u, true
 	}
 	if id, err := strconv.ParseUint(name, 10, 31); err == nil {
-		return owner{int(id), int(id)}, true
+		if u, ok := f.users[f.byID[uint32(id)]]; ok {
+			return u, true
+		}
+		return &sysUser{name: name, uid: int(id), gid: int(id), home: "/", groups: []uint32{uint32(id)}}, true
 	}
-	return owner{}, false
+	return nil, false
 }
 
 func (n *idNames) load(s *Server, file string) *idFile {
@@ -479,7 +484,7 @@ func (n *idNames) load(s *Server, file string) *idFile {
 func parseIDFile(hp string, passwd bool) *idFile {
 	out := &idFile{byID: make(map[uint32]string)}
 	if passwd {
-		out.users = make(map[string]owner)
+		out.users = make(map[string]*sysUser)
 	}
 	fh, err := os.Open(hp)
 	if err != nil {
@@ -502,7 +507,11 @@ func parseIDFile(hp string, passwd bool) *idFile {
 		if passwd && len(fields) >= 4 {
 			gid, err := strconv.ParseUint(fields[3], 10, 32)
 			if err == nil {
-				out.users[fields[0]] = owner{int(id), int(gid)}
+				home := "/"
+				if len(fields) >= 6 && fields[5] != "" {
+					home = fields[5]
+				}
+				out.users[fields[0]] = &sysUser{name: fields[0], uid: int(id), gid: int(gid), home: home, groups: []uint32{uint32(gid)}}
 			}
 		}
 	}

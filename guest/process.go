@@ -800,45 +800,37 @@ type sysUser struct {
 	groups   []uint32
 }
 
-// requestUser picks the user a request runs as: envd's clients name it in
-// a Basic authorization header ("user:"); else the daemon's default.
+// requestUser picks the user a request runs as: the one it names (see
+// requestUserName), else the daemon's default; nil when neither is set.
 func (s *Server) requestUser(h interface{ Get(string) string }) (*sysUser, error) {
-	name := s.cfg.User
-	if auth := h.Get("Authorization"); strings.HasPrefix(auth, "Basic ") {
-		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic "))
-		if err != nil {
-			return nil, fmt.Errorf("malformed Basic authorization header: %w", sandbox.ErrInvalid)
-		}
-		if u, _, _ := strings.Cut(string(raw), ":"); u != "" {
-			name = u
-		}
+	name, err := requestUserName(h)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		name = s.cfg.User
 	}
 	if name == "" {
 		return nil, nil
 	}
-	return s.lookupUser(name)
+	u, ok := s.fs.names.user(s, name)
+	if !ok {
+		return nil, fmt.Errorf("user %q does not exist in the sandbox; name a user from its /etc/passwd: %w", name, sandbox.ErrPermission)
+	}
+	return u, nil
 }
 
-// lookupUser finds a user by name or numeric id in the sandbox's
-// /etc/passwd.
-func (s *Server) lookupUser(name string) (*sysUser, error) {
-	data, err := os.ReadFile(filepath.Join(s.cfg.Root, "etc/passwd"))
-	if err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Split(line, ":")
-			if len(f) < 7 || (f[0] != name && f[2] != name) {
-				continue
-			}
-			uid, err1 := strconv.Atoi(f[2])
-			gid, err2 := strconv.Atoi(f[3])
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			return &sysUser{name: f[0], uid: uid, gid: gid, home: f[5], groups: []uint32{uint32(gid)}}, nil
-		}
+// requestUserName is the user envd's clients name in a Basic
+// authorization header ("user:"), or "".
+func requestUserName(h interface{ Get(string) string }) (string, error) {
+	auth := h.Get("Authorization")
+	if !strings.HasPrefix(auth, "Basic ") {
+		return "", nil
 	}
-	if uid, err := strconv.Atoi(name); err == nil && uid >= 0 {
-		return &sysUser{name: name, uid: uid, gid: uid, home: "/"}, nil
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic "))
+	if err != nil {
+		return "", fmt.Errorf("malformed Basic authorization header: want base64 of \"user:\": %w", sandbox.ErrInvalid)
 	}
-	return nil, fmt.Errorf("user %q does not exist in the sandbox: %w", name, sandbox.ErrPermission)
+	name, _, _ := strings.Cut(string(raw), ":")
+	return name, nil
 }
