@@ -204,6 +204,16 @@ func TestEscapes(t *testing.T) {
 			}
 		})
 	}
+	// The working directory cannot lead out of the workspace either: not
+	// with "..", not through a symlink.
+	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "ln", Args: []string{"-s", "/", "rootlink"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"../..", "/etc", "rootlink", "rootlink/etc"} {
+		if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "pwd", Dir: dir}); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("exec with working directory %q: %v, want ErrInvalid", dir, err)
+		}
+	}
 	// The setuid binaries of the host's /usr are on a nosuid mount.
 	var out strings.Builder
 	s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "grep ' /usr ' /proc/self/mountinfo"}, Stdout: &out})
