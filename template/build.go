@@ -160,7 +160,7 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (*Tem
 	if err != nil {
 		return nil, err
 	}
-	progress(fmt.Sprintf("template %s: %s, %s", name, shortDigest(t.Digest), humanSize(t.Size)))
+	progress(fmt.Sprintf("template %s: %s, %s", name, shortDigest(t.Digest), HumanSize(t.Size)))
 	return t, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
 
 // Import makes a template from a container image tarball: the output of
@@ -109,7 +110,7 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader, progress f
 	u := newUnpacker(ctx, root, chown, progress)
 	for i, l := range img.layers {
 		start := time.Now()
-		progress(fmt.Sprintf("layer %d/%d (%s)...", i+1, len(img.layers), humanSize(l.size)))
+		progress(fmt.Sprintf("layer %d/%d (%s)...", i+1, len(img.layers), HumanSize(l.size)))
 		if err := arch.applyLayer(u, l); err != nil {
 			label := l.name
 			if l.digest != "" {
@@ -138,7 +139,7 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader, progress f
 	if err != nil {
 		return nil, err
 	}
-	progress(fmt.Sprintf("template %s: %s, %s", name, shortDigest(t.Digest), humanSize(t.Size)))
+	progress(fmt.Sprintf("template %s: %s, %s", name, shortDigest(t.Digest), HumanSize(t.Size)))
 	return t, nil
 }
 
@@ -158,12 +159,12 @@ func (s *Store) seekable(ctx context.Context, r io.Reader, dir string, progress 
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	n, err := io.Copy(f, ctxReader{ctx, r})
+	n, err := io.Copy(f, tarball.ContextReader(ctx, r))
 	if err != nil {
 		f.Close()
 		return nil, 0, nil, fmt.Errorf("reading the image tarball: %w", err)
 	}
-	progress(fmt.Sprintf("read %s", humanSize(n)))
+	progress(fmt.Sprintf("read %s", HumanSize(n)))
 	// The copy stays open for the import; it is deleted with dir.
 	return f, n, func() { f.Close() }, nil
 }
@@ -509,21 +510,8 @@ func decompress(br *bufio.Reader) (io.Reader, func(), error) {
 	return br, func() {}, nil
 }
 
-// ctxReader fails reads once ctx has ended, so a long copy stops promptly.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
-}
-
-// humanSize formats bytes as "12.3 MB".
-func humanSize(n int64) string {
+// HumanSize formats bytes as "12.3 MB".
+func HumanSize(n int64) string {
 	const unit = 1000
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -100,7 +100,7 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED\tSOURCE")
 		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, templateDigest(t.Digest), templateSize(t.Size), t.Created.Local().Format(time.DateTime), t.Source)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, templateDigest(t.Digest), template.HumanSize(t.Size), t.Created.Local().Format(time.DateTime), t.Source)
 		}
 		return tw.Flush()
 
@@ -118,7 +118,7 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, templateSize(t.Size))
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, template.HumanSize(t.Size))
 		return nil
 
 	case "import":
@@ -136,7 +136,7 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, templateSize(t.Size))
+		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, template.HumanSize(t.Size))
 		return nil
 
 	default: // rm
@@ -186,18 +186,4 @@ func templateDigest(d string) string {
 		d = d[:12]
 	}
 	return d
-}
-
-// templateSize formats bytes as "12.3 MB".
-func templateSize(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f, i := float64(n), 0
-	for f >= unit && i < 4 {
-		f /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %cB", f, " kMGT"[i])
 }

@@ -582,7 +582,7 @@ func (s *FakeSession) WriteFile(ctx context.Context, p string, r io.Reader, perm
 		return err
 	}
 	// Read first, outside the lock; the disk limit bounds how much.
-	data, err := io.ReadAll(io.LimitReader(ctxReader{ctx, r}, s.diskLimit()+1))
+	data, err := io.ReadAll(io.LimitReader(tarball.ContextReader(ctx, r), s.diskLimit()+1))
 	if err != nil {
 		return fmt.Errorf("writing %q: %w", p, err)
 	}
@@ -904,7 +904,7 @@ func (s *FakeSession) RestoreWorkspace(ctx context.Context, r io.Reader) error {
 			if hdr.Size > s.diskLimit() {
 				return fmt.Errorf("restoring workspace: tar member %q: %d bytes do not fit the %d-byte disk: %w", hdr.Name, hdr.Size, s.diskLimit(), sandbox.ErrLimit)
 			}
-			if data, err = io.ReadAll(ctxReader{ctx, tr}); err != nil {
+			if data, err = io.ReadAll(tarball.ContextReader(ctx, tr)); err != nil {
 				return fmt.Errorf("restoring workspace: tar member %q: %w: %w", hdr.Name, err, sandbox.ErrInvalid)
 			}
 		}
@@ -996,19 +996,6 @@ func (s *FakeSession) restoreMember(ctx context.Context, hdr *tar.Header, name s
 		delete(written, p)
 	}
 	return nil
-}
-
-// ctxReader fails reads once ctx has ended.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
 }
 
 // ---- Ports ----

@@ -297,7 +297,10 @@ func checkHardlinkTarget(target string) string {
 	return ""
 }
 
-// ctxReader fails reads once ctx has ended, so a long copy stops promptly.
+// ContextReader returns a reader that fails once ctx has ended, so a long
+// copy (a tar member, an upload) stops promptly when its caller gives up.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader
