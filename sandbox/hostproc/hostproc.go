@@ -255,23 +255,13 @@ func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
 }
 
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
-	entries, err := os.ReadDir(r.cfg.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("listing sandboxes: %w", err)
-	}
-	var out []sandbox.Info
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		st, err := r.load(e.Name())
+	return sbutil.ListSandboxes(r.cfg.Dir, func(id string) (sandbox.Info, bool) {
+		st, err := r.load(id)
 		if err != nil {
-			continue
+			return sandbox.Info{}, false
 		}
-		out = append(out, st.Info)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+		return st.Info, true
+	})
 }
 
 func (r *Runtime) Stop(ctx context.Context, id string) error {

@@ -8,8 +8,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // NewID returns a fresh sandbox id ("sb-" and 12 hex digits).
@@ -64,4 +67,25 @@ func LastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// ListSandboxes reads every sandbox directory under dir (names that pass
+// ValidID) through info, which reports false to leave one out, and
+// returns them in creation order.
+func ListSandboxes(dir string, info func(id string) (sandbox.Info, bool)) ([]sandbox.Info, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	var out []sandbox.Info
+	for _, e := range entries {
+		if !e.IsDir() || !ValidID(e.Name()) {
+			continue
+		}
+		if in, ok := info(e.Name()); ok {
+			out = append(out, in)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
 }
