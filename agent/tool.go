@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Tool is something the model can call. Sandbox tools (exec_command,
+// apply_patch, ...), MCP tools and the caller's own functions all implement
+// it.
+type Tool interface {
+	// Spec is the name, description and schema the model sees.
+	Spec() ToolSpec
+	// Call runs the tool. An error is reported to the model as the tool's
+	// output (the run goes on); only ctx ending stops the run.
+	Call(ctx context.Context, call ToolCall) (ToolResult, error)
+}
+
+// ToolCall is one invocation of a tool by the model.
+type ToolCall struct {
+	ID   string // the model's call id
+	Name string
+	// Arguments is JSON for function tools, raw text for custom tools.
+	Arguments string
+	// Emit reports progress (command output, file changes) to the run's
+	// event stream. Never nil when the Runner calls a tool.
+	Emit func(Event)
+}
+
+// ToolResult is what a tool returns to the model.
+type ToolResult struct {
+	Output []Content
+	// ExitCode is set by tools that run a command that ended.
+	ExitCode *int
+}
+
+// TextResult is a ToolResult with one text output.
+func TextResult(s string) ToolResult {
+	return ToolResult{Output: []Content{{Type: ContentText, Text: s}}}
+}
+
+// FunctionTool adapts a Go function to a Tool: the model's JSON arguments
+// are passed to fn, and fn's string is the output.
+type FunctionTool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any
+	Fn          func(ctx context.Context, args json.RawMessage) (string, error)
+}
+
+// Spec implements Tool.
+func (f FunctionTool) Spec() ToolSpec {
+	params := f.Parameters
+	if params == nil {
+		params = map[string]any{"type": "object", "properties": map[string]any{}}
+	}
+	return ToolSpec{Name: f.Name, Description: f.Description, Parameters: params}
+}
+
+// Call implements Tool.
+func (f FunctionTool) Call(ctx context.Context, call ToolCall) (ToolResult, error) {
+	args := json.RawMessage(call.Arguments)
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	out, err := f.Fn(ctx, args)
+	if err != nil {
+		return ToolResult{}, err
+	}
+	return TextResult(out), nil
+}
+
+// EventType discriminates run events.
+type EventType string
+
+// The events of a run, in the order a run produces them.
+const (
+	EventRunStarted        EventType = "run_started"
+	EventTurnStarted       EventType = "turn_started"
+	EventTextDelta         EventType = "text_delta"
+	EventMessage           EventType = "message"
+	EventToolCallStarted   EventType = "tool_call_started"
+	EventOutput            EventType = "output"
+	EventFileChanged       EventType = "file_changed"
+	EventToolCallFinished  EventType = "tool_call_finished"
+	EventApprovalRequested EventType = "approval_requested"
+	EventRunFinished       EventType = "run_finished"
+	EventError             EventType = "error"
+)
+
+// Event is one step of a run, streamed to the caller and written as one
+// JSON line by `cove run --json`. Only the fields of its Type are set.
+type Event struct {
+	Type EventType `json:"type"`
+	Time time.Time `json:"time"`
+	Turn int       `json:"turn,omitempty"`
+
+	// Agent names the agent (run_started).
+	Agent string `json:"agent,omitempty"`
+	// Text is a text delta or the assistant's message.
+	Text string `json:"text,omitempty"`
+
+	// Tool call fields.
+	CallID    string `json:"call_id,omitempty"`
+	Tool      string `json:"tool,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	// Command is the command line of an exec_command call.
+	Command string `json:"command,omitempty"`
+	// Stream ("stdout", "stderr") and Data carry command output.
+	Stream string `json:"stream,omitempty"`
+	Data   string `json:"data,omitempty"`
+	// Result is the tool's output as the model sees it (tool_call_finished).
+	Result   string        `json:"result,omitempty"`
+	ExitCode *int          `json:"exit_code,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	// SessionID is set when a command is still running after its yield.
+	SessionID int `json:"session_id,omitempty"`
+
+	// File change fields.
+	Path   string `json:"path,omitempty"`
+	Action string `json:"action,omitempty"` // "created", "updated", "deleted", "moved"
+	Diff   string `json:"diff,omitempty"`
+
+	// Approval (approval_requested).
+	Approval *Approval `json:"approval,omitempty"`
+
+	// Run outcome (run_finished).
+	Output string   `json:"output,omitempty"`
+	Usage  *Usage   `json:"usage,omitempty"`
+	Cost   *float64 `json:"cost_usd,omitempty"`
+	Error  string   `json:"error,omitempty"`
+}
