@@ -122,6 +122,9 @@ type SandboxRunConfig struct {
 	// ApplyOptions tune how the manifest is applied (host base dir,
 	// progress).
 	ApplyOptions manifest.ApplyOptions
+	// Prepare runs after a created sandbox's manifest is applied: the
+	// place to load a workspace by other means (cove run uploads a tar).
+	Prepare func(ctx context.Context, s sandbox.Session) error
 	// OnFinish runs before a created sandbox is deleted at the end of a
 	// run that finished (not one waiting for approval): the place to copy
 	// the workspace out.

@@ -498,6 +498,12 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 				return nil, fmt.Errorf("building the workspace of sandbox %s: %w", sess.ID(), err)
 			}
 		}
+		if sc.Prepare != nil {
+			if err := sc.Prepare(ctx, sess); err != nil {
+				_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
+				return nil, fmt.Errorf("preparing sandbox %s: %w", sess.ID(), err)
+			}
+		}
 	}
 	info, err := sb.sess.Info(ctx)
 	if err != nil {
