@@ -31,6 +31,9 @@ type RunState struct {
 	// Approvals are the pending calls that need a decision.
 	Approvals []Approval `json:"approvals,omitempty"`
 	Sandbox   *SandboxState `json:"sandbox,omitempty"`
+	// Meta is the caller's own data, kept as is (cove run keeps the host
+	// workspace directory here to diff against after a resume).
+	Meta map[string]string `json:"meta,omitempty"`
 }
 
 // SandboxState is a run's sandbox as saved in a RunState.
