@@ -58,10 +58,9 @@ type Options struct {
 	// Root is the workspace root inside the sandbox. "" asks the session
 	// (Info().Spec.Root), falling back to sandbox.DefaultRoot.
 	Root string
-	// Workdir is the directory the agent works in, relative to Root or
-	// absolute inside it; "" is Root. AGENTS.md files are loaded from Root
-	// down to it, and apply_patch resolves relative paths from it, as the
-	// Agents SDK does for a run's cwd.
+	// Workdir is the directory the agent works in (where its commands
+	// start), relative to Root or absolute inside it; "" is Root.
+	// AGENTS.md files are loaded from Root down to it.
 	Workdir string
 
 	// BasePrompt replaces the default base prompt (the SDK's
@@ -253,7 +252,7 @@ const (
 
 	filesystemNotes = `## Files
 
-- Edit files with ` + "`apply_patch`" + `. It is a freeform tool: send the patch text itself, not JSON. Paths in a patch are relative to your working directory and must stay inside the workspace.
+- Edit files with ` + "`apply_patch`" + `. It is a freeform tool: send the patch text itself, not JSON. Paths in a patch are relative to the workspace root, never absolute, and the whole patch applies or none of it does.
 - Look at an image file in the workspace with ` + "`view_image`" + `.`
 )
 
@@ -289,7 +288,7 @@ func workspaceSection(root, workdir string, depth int, tree string) string {
 	b.WriteString("# Workspace\n\n")
 	fmt.Fprintf(&b, "The workspace root is `%s`.", root)
 	if workdir != root {
-		fmt.Fprintf(&b, " Your working directory is `%s`: relative paths in your commands and patches start there.", workdir)
+		fmt.Fprintf(&b, " Your working directory is `%s`: commands start there. Paths in `apply_patch` stay relative to the workspace root.", workdir)
 	}
 	fmt.Fprintf(&b, " Its layout, %d levels deep (directories end in /, .git contents are not shown; list a directory to see more):\n\n", depth)
 	b.WriteString("```\n")
