@@ -246,7 +246,7 @@ const (
 	shellNotes = `## Shell
 
 - Run commands with ` + "`exec_command`" + `. A command still running when the call returns keeps a session; use ` + "`write_stdin`" + ` to send it input or to poll it for more output.
-- To be able to interrupt a long-running command, start it with a TTY, then send Ctrl-C (` + "`\\u0003`" + `) through ` + "`write_stdin`" + `.
+- To be able to interrupt a long-running command, start it with ` + "`tty: true`" + `, then send Ctrl-C (` + "`\\u0003`" + `) through ` + "`write_stdin`" + `.
 - Find files and text with ` + "`rg --files`" + ` and ` + "`rg`" + ` when they are installed; they are much faster than ` + "`find`" + ` and ` + "`grep -r`" + `.
 - Read large files in ranges (` + "`sed -n 1,200p`" + `, ` + "`head`" + `) instead of printing them whole, and don't write scripts just to print files.`
 

@@ -236,7 +236,7 @@ func skillsSection(skills []Skill) string {
 	}
 	var b strings.Builder
 	b.WriteString("# Skills\n\n")
-	b.WriteString("A skill is a folder of instructions for a kind of task: a SKILL.md, sometimes with scripts/, references/ and assets/ beside it. These skills are available (name: description (file)):\n\n")
+	b.WriteString("A skill is a folder of instructions for a kind of task: a SKILL.md, sometimes with scripts/, references/ and assets/ beside it. These skills are available, each with what it is for and the path of its SKILL.md:\n\n")
 	for _, s := range skills {
 		fmt.Fprintf(&b, "- %s: %s (%s)\n", s.Name, s.Description, s.Path)
 	}
