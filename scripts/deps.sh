@@ -17,6 +17,9 @@ command -v cp >/dev/null || need+=(coreutils)
 # Tests use pkill (procps) and dpkg-deb (dpkg).
 command -v pkill >/dev/null || need+=(procps)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
+# The MCP adapter's tests run a real npm MCP server with node.
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
@@ -31,3 +34,12 @@ if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
 fi
 command -v go >/dev/null || { echo "deps: Go 1.26 is required (expected at /usr/local/go)" >&2; exit 1; }
 go mod download
+
+# The npm MCP server the MCP adapter's tests run (agent/tool/mcp), in a
+# git-ignored directory of the repo. Pinned so the tests see the same
+# server everywhere; this version runs on Debian 12's node 18.
+mcp_memory_version=2026.8.31
+npm_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.cache/npm"
+if ! grep -qs "\"version\": \"$mcp_memory_version\"" "$npm_dir/node_modules/@modelcontextprotocol/server-memory/package.json"; then
+	npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/server-memory@$mcp_memory_version"
+fi
