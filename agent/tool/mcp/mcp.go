@@ -29,10 +29,14 @@ import (
 	"github.com/cove-sandbox/cove/agent"
 )
 
-// DefaultTimeout bounds a server's start and each tool call when
-// Server.Timeout is zero. A minute is what Codex gives MCP tool calls: long
-// enough for real work, short enough that a hung server doesn't hang a run.
-const DefaultTimeout = 60 * time.Second
+// Defaults of Server.Timeout and Server.StartTimeout. A minute per call is
+// what Codex gives MCP tool calls: long enough for real work, short enough
+// that a hung server doesn't hang a run. Starting gets half a minute
+// because a server run with npx or uvx may first download itself.
+const (
+	DefaultTimeout      = 60 * time.Second
+	DefaultStartTimeout = 30 * time.Second
+)
 
 var (
 	// ErrInvalid is returned by Connect for a configuration that can't work
@@ -80,22 +84,27 @@ type Server struct {
 	AllowTools []string
 	DenyTools  []string
 
-	// Timeout bounds starting the server (handshake and listing its tools
-	// together) and each tool call. Zero means DefaultTimeout; negative
+	// Timeout bounds each tool call. Zero means DefaultTimeout; negative
 	// means no limit but the caller's context.
 	Timeout time.Duration
+	// StartTimeout bounds starting the server: the process or connection,
+	// the handshake and listing its tools, together. Zero means
+	// DefaultStartTimeout; negative means no limit but Connect's context.
+	StartTimeout time.Duration
 }
 
-func (s *Server) timeout() time.Duration {
-	if s.Timeout == 0 {
-		return DefaultTimeout
+func (s *Server) timeout() time.Duration { return orDefault(s.Timeout, DefaultTimeout) }
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
 	}
-	return s.Timeout
+	return d
 }
 
-// withTimeout is context.WithTimeout that honours a negative Timeout.
-func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d := s.timeout(); d > 0 {
+// withTimeout is context.WithTimeout that takes a negative d as no limit.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
 		return context.WithTimeout(ctx, d)
 	}
 	return context.WithCancel(ctx)
@@ -216,7 +225,7 @@ type conn struct {
 
 // start connects to one server and lists its tools.
 func start(ctx context.Context, srv Server) (*conn, []*sdk.Tool, error) {
-	ctx, cancel := srv.withTimeout(ctx)
+	ctx, cancel := withTimeout(ctx, orDefault(srv.StartTimeout, DefaultStartTimeout))
 	defer cancel()
 	c := &conn{server: srv}
 	var transport sdk.Transport

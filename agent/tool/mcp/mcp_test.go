@@ -233,6 +233,41 @@ func TestCloseStopsServerAndChildren(t *testing.T) {
 	}
 }
 
+// shortGrace makes Close give up on a stuck server quickly.
+func shortGrace(t *testing.T) {
+	stop, term := stopGrace, termGrace
+	stopGrace, termGrace = 100*time.Millisecond, 100*time.Millisecond
+	t.Cleanup(func() { stopGrace, termGrace = stop, term })
+}
+
+func TestCloseKillsStuckServer(t *testing.T) {
+	shortGrace(t)
+	srv := stdioServer("test")
+	srv.Env[serverEnv] = "stubborn"
+	set := connect(t, srv)
+	pid := pidOf(t, set, "mcp__test__pid")
+	if err := set.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if running(pid) {
+		t.Errorf("a server that ignores EOF and SIGTERM still runs after Close")
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func TestStartTimeout(t *testing.T) {
+	shortGrace(t)
+	start := time.Now()
+	// sleep never answers the handshake (and ignores its stdin ending).
+	_, err := Connect(context.Background(), Server{Name: "mute", Command: "sleep", Args: []string{"60"}, StartTimeout: 200 * time.Millisecond})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `mcp server "mute"`) {
+		t.Errorf("err = %v, want a deadline error naming the server", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Connect took %v", d)
+	}
+}
+
 func TestServerCrash(t *testing.T) {
 	set := connect(t, stdioServer("test"))
 	pid := pidOf(t, set, "mcp__test__pid")

@@ -6,25 +6,35 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // serverEnv makes the test binary an MCP server instead of running tests:
-// "stdio" serves the test tools on stdin/stdout, "broken" complains on
-// stderr and exits, as a misconfigured server does.
+// "stdio" serves the test tools on stdin/stdout; "stubborn" does too but
+// ignores SIGTERM and stays after its stdin ends, as a stuck server does;
+// "broken" complains on stderr and exits, as a misconfigured server does.
 const serverEnv = "COVE_MCP_TEST_SERVER"
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(serverEnv) {
+	switch mode := os.Getenv(serverEnv); mode {
 	case "":
 		os.Exit(m.Run())
-	case "stdio":
+	case "stdio", "stubborn":
+		if mode == "stubborn" {
+			signal.Ignore(syscall.SIGTERM)
+		}
 		if err := newTestServer().Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
+		}
+		if mode == "stubborn" {
+			time.Sleep(time.Hour) // not select{}: the runtime would call that a deadlock and exit
 		}
 		os.Exit(0)
 	case "broken":

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -65,15 +64,19 @@ func (t *Tool) Call(ctx context.Context, call agent.ToolCall) (agent.ToolResult,
 		return agent.ToolResult{}, fmt.Errorf("calling tool %q: the arguments must be a JSON object, got %.200q", t.spec.Name, call.Arguments)
 	}
 
-	ctx, cancel := c.server.withTimeout(ctx)
+	callCtx, cancel := withTimeout(ctx, c.server.timeout())
 	defer cancel()
-	res, err := c.session.CallTool(ctx, &sdk.CallToolParams{Name: t.name, Arguments: args})
+	res, err := c.session.CallTool(callCtx, &sdk.CallToolParams{Name: t.name, Arguments: args})
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && c.server.timeout() > 0 {
-			err = fmt.Errorf("no result after %v: %w", c.server.timeout(), ctx.Err())
-		} else if c.isClosed() {
+		switch {
+		case ctx.Err() != nil:
+			// The run's context ended: that, not the server, is the news.
+			err = ctx.Err()
+		case callCtx.Err() != nil:
+			err = fmt.Errorf("no result after %v: %w", c.server.timeout(), callCtx.Err())
+		case c.isClosed():
 			err = ErrClosed
-		} else {
+		default:
 			err = c.explain(err)
 		}
 		return agent.ToolResult{}, fmt.Errorf("calling tool %q on mcp server %q: %w", t.name, c.server.Name, err)
