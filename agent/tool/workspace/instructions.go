@@ -72,7 +72,9 @@ type Options struct {
 	AgentInstructions string
 
 	// Capabilities are the enabled tool groups; nil means
-	// DefaultCapabilities, an empty non-nil slice means none.
+	// DefaultCapabilities, an empty non-nil slice means none. Names other
+	// than the three here are ignored, so the names of every bound
+	// agent.Capability can be passed as they are.
 	Capabilities []Capability
 	// SkillsDirs are where skills are looked for, relative to Root; nil
 	// means DefaultSkillsDirs.
@@ -164,11 +166,7 @@ func Instructions(ctx context.Context, sess sandbox.Session, opts Options) (stri
 		sections = append(sections, "# Agent instructions\n\n"+s)
 	}
 
-	notes, err := capabilityNotes(opts.capabilities())
-	if err != nil {
-		return "", err
-	}
-	if notes != "" {
+	if notes := capabilityNotes(opts.capabilities()); notes != "" {
 		sections = append(sections, notes)
 	}
 
@@ -258,16 +256,13 @@ const (
 
 // capabilityNotes renders the notes of the enabled capabilities in a
 // fixed order, whatever order they were given in, so the prompt (and a
-// provider's prompt cache) does not change with it.
-func capabilityNotes(caps []Capability) (string, error) {
+// provider's prompt cache) does not change with it. Other capabilities
+// (an agent.Capability of the caller's own) bring their own instructions
+// and are passed over.
+func capabilityNotes(caps []Capability) string {
 	enabled := map[Capability]bool{}
 	for _, c := range caps {
-		switch c {
-		case CapabilityShell, CapabilityFilesystem, CapabilitySkills:
-			enabled[c] = true
-		default:
-			return "", fmt.Errorf("capability %q: want %q, %q or %q: %w", c, CapabilityShell, CapabilityFilesystem, CapabilitySkills, sandbox.ErrInvalid)
-		}
+		enabled[c] = true
 	}
 	var notes []string
 	if enabled[CapabilityShell] {
@@ -278,9 +273,9 @@ func capabilityNotes(caps []Capability) (string, error) {
 	}
 	// Skills have their own section after the tree: it names paths.
 	if len(notes) == 0 {
-		return "", nil
+		return ""
 	}
-	return "# Sandbox tools\n\n" + strings.Join(notes, "\n\n"), nil
+	return "# Sandbox tools\n\n" + strings.Join(notes, "\n\n")
 }
 
 func workspaceSection(root, workdir string, depth int, tree string) string {

@@ -103,7 +103,7 @@ func TestInstructionsGolden(t *testing.T) {
 			opts:  Options{AgentInstructions: "You review Go code.", Capabilities: []Capability{}},
 		},
 		{name: "bounded", files: many, opts: Options{TreeEntries: 9, TreeDirEntries: 3}},
-		{name: "empty", files: nil, opts: Options{Capabilities: []Capability{CapabilityShell}}},
+		{name: "empty", files: nil, opts: Options{Capabilities: []Capability{CapabilityShell, "compaction"}}},
 		{
 			name:  "agents_budget",
 			files: project(),
@@ -169,7 +169,6 @@ func TestInstructionsErrors(t *testing.T) {
 	sess := newSession(t, nil)
 	for _, opts := range []Options{
 		{Workdir: "../etc"},
-		{Capabilities: []Capability{"browser"}},
 		{Root: "workspace"},
 	} {
 		if _, err := Instructions(context.Background(), sess, opts); err == nil {
