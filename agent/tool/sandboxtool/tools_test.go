@@ -98,6 +98,7 @@ func exited(code int, output string) string {
 }
 
 func TestExecCommand(t *testing.T) {
+	t.Parallel()
 	tools, sess := newFakeTools(t, sandboxtool.Options{})
 	if err := sess.Mkdir(t.Context(), "sub/dir"); err != nil {
 		t.Fatal(err)
@@ -137,6 +138,7 @@ func TestExecCommand(t *testing.T) {
 // TestExecEvents: output streams to the run's events as it comes, labelled
 // with its stream and the command.
 func TestExecEvents(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "echo out; echo err >&2"}`)
 	if r.err != nil {
@@ -162,6 +164,7 @@ func TestExecEvents(t *testing.T) {
 // TestYieldAndPoll: a command still running at its yield gets a session ID;
 // write_stdin polls it until it ends, and afterwards says it has ended.
 func TestYieldAndPoll(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "echo start; sleep 0.8; echo done", "yield_time_ms": 250}`)
 	if r.err != nil {
@@ -201,6 +204,7 @@ func TestYieldAndPoll(t *testing.T) {
 // TestFloodBounded: a command that writes without end gets a bounded
 // answer with head, marker and tail, and the token count of everything.
 func TestFloodBounded(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	// A TTY lets write_stdin send a key and wait only its yield (a bare
 	// poll waits 5 s).
@@ -236,6 +240,7 @@ func TestFloodBounded(t *testing.T) {
 // TestTruncation: max_output_tokens cuts as the SDK does (the wanted text
 // is its formatted_truncate_text_with_token_count's).
 func TestTruncation(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "yes abcdefgh | head -n 1000", "max_output_tokens": 100}`)
 	if r.err != nil {
@@ -257,6 +262,7 @@ func TestTruncation(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	for _, tc := range []struct {
 		tool agent.Tool
@@ -292,6 +298,7 @@ func TestBadArguments(t *testing.T) {
 // TestStdinNeedsTTY: a command without a TTY reads an empty stdin, and
 // write_stdin says how to get one, in the SDK's words.
 func TestStdinNeedsTTY(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "cat; sleep 5", "yield_time_ms": 250}`)
 	id := sessionID(t, r)
@@ -304,6 +311,7 @@ func TestStdinNeedsTTY(t *testing.T) {
 // TestLifetime: a process running past MaxLifetime is killed, and the next
 // poll says so with the code a shell reports for SIGKILL.
 func TestLifetime(t *testing.T) {
+	t.Parallel()
 	tools, sess := newFakeTools(t, sandboxtool.Options{MaxLifetime: 300 * time.Millisecond})
 	r := call(t, tools.ExecCommand(), `{"cmd": "sleep 1000", "yield_time_ms": 250}`)
 	id := sessionID(t, r)
@@ -320,6 +328,7 @@ func TestLifetime(t *testing.T) {
 // TestMaxProcesses: starting one more process than the cap kills the least
 // recently used running one, and a later write_stdin to it says why.
 func TestMaxProcesses(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{MaxProcesses: 2})
 	var ids []int
 	for range 3 {
@@ -338,6 +347,7 @@ func TestMaxProcesses(t *testing.T) {
 
 // TestClose: Close kills what still runs, and the tools refuse work after.
 func TestClose(t *testing.T) {
+	t.Parallel()
 	sess, err := sandboxtest.NewFake().Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
@@ -363,6 +373,7 @@ func TestClose(t *testing.T) {
 }
 
 func TestCommand(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ args, want string }{
 		{`{"cmd": "ls -la", "workdir": "src"}`, "ls -la"},
 		{`{"workdir": "src"}`, ""},
@@ -382,6 +393,7 @@ func TestCommand(t *testing.T) {
 // TestSpecs: the schemas are those the SDK's pydantic argument models
 // produce (model_json_schema, printed with sorted keys).
 func TestSpecs(t *testing.T) {
+	t.Parallel()
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	want := map[string]string{
 		"exec_command": `{"properties":{"cmd":{"description":"Shell command to execute.","minLength":1,"title":"Cmd","type":"string"},"login":{"default":true,"description":"Whether to run the shell with -l/-i semantics. Defaults to true.","title":"Login","type":"boolean"},"max_output_tokens":{"anyOf":[{"minimum":1,"type":"integer"},{"type":"null"}],"default":null,"description":"Maximum number of tokens to return. Excess output will be truncated.","title":"Max Output Tokens"},"shell":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null,"description":"Shell binary to launch. Defaults to the user's default shell.","title":"Shell"},"tty":{"default":false,"description":"Whether to allocate a TTY for the command. Defaults to false (plain pipes); set to true to open a PTY and access TTY process.","title":"Tty","type":"boolean"},"workdir":{"anyOf":[{"type":"string"},{"type":"null"}],"default":null,"description":"Optional working directory to run the command in; defaults to the turn cwd.","title":"Workdir"},"yield_time_ms":{"default":10000,"description":"How long to wait (in milliseconds) for output before yielding.","minimum":0,"title":"Yield Time Ms","type":"integer"}},"required":["cmd"],"title":"ExecCommandArgs","type":"object"}`,
@@ -405,5 +417,37 @@ func TestSpecs(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"exec_command", "write_stdin", "view_image"}, names); diff != "" {
 		t.Errorf("tool names (-want +got):\n%s", diff)
+	}
+}
+
+// TestWorkdirOption: commands run in Options.Workdir by default, and
+// relative workdirs and image paths resolve against it.
+func TestWorkdirOption(t *testing.T) {
+	t.Parallel()
+	tools, sess := newFakeTools(t, sandboxtool.Options{Workdir: "/workspace/proj"})
+	if err := sess.Mkdir(t.Context(), "proj/src"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{`{"cmd": "pwd"}`, exited(0, "/workspace/proj\n")},
+		{`{"cmd": "pwd", "workdir": "src"}`, exited(0, "/workspace/proj/src\n")},
+		{`{"cmd": "pwd", "workdir": ".."}`, exited(0, "/workspace\n")},
+		{`{"cmd": "pwd", "workdir": "/workspace"}`, exited(0, "/workspace\n")},
+	} {
+		r := call(t, tools.ExecCommand(), tc.args)
+		if r.err != nil || r.text != tc.want {
+			t.Errorf("%s: got %q (%v), want %q", tc.args, r.text, r.err, tc.want)
+		}
+	}
+	if r := call(t, tools.ExecCommand(), `{"cmd": "pwd", "workdir": "../.."}`); !errors.Is(r.err, sandbox.ErrInvalid) {
+		t.Errorf("workdir above the workspace: %v, want ErrInvalid", r.err)
+	}
+	gif := "GIF89a\x01\x00\x01\x00\x00\x00\x00;"
+	if err := sess.WriteFile(t.Context(), "proj/src/pixel.gif", strings.NewReader(gif), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, tools.ViewImage(), `{"path": "src/pixel.gif"}`)
+	if r.err != nil || len(r.raw.Output) != 1 || !strings.HasPrefix(r.raw.Output[0].ImageURL, "data:image/gif;base64,") {
+		t.Errorf("view_image of a GIF below Workdir: %+v (%v), want a GIF data URL", r.raw.Output, r.err)
 	}
 }
