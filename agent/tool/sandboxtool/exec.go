@@ -215,12 +215,13 @@ func (t *Tools) writeStdin(ctx context.Context, call agent.ToolCall) (agent.Tool
 		return agent.ToolResult{}, err
 	}
 	if a.chars != "" {
+		// Input to a process that has just ended is not an error: its
+		// last output and exit code follow.
 		err := p.h.Write(ctx, []byte(a.chars))
-		if err != nil && !errors.Is(err, sandbox.ErrState) && !p.ended() {
+		gone := errors.Is(err, sandbox.ErrState) || errors.Is(err, sandbox.ErrNotFound) || p.ended()
+		if err != nil && !gone {
 			return agent.ToolResult{}, fmt.Errorf("write_stdin: writing to session %d: %w", p.id, err)
 		}
-		// An ended process is not an error: its last output and exit code
-		// follow.
 	}
 	yield := a.yield
 	if a.chars == "" {
