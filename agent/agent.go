@@ -63,6 +63,9 @@ type SandboxEnv struct {
 	Root    string
 	User    string
 	Workdir string
+	// Capabilities names every capability bound in this run, so one can
+	// describe the others (the workspace context lists their tools).
+	Capabilities []string
 }
 
 // Capability gives a sandbox agent tools and instructions for one session:

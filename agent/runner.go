@@ -330,9 +330,13 @@ func (r *Runner) callTool(ctx context.Context, call Item, tools *toolset, em *em
 		attribute.String("tool.name", call.Name), attribute.String("tool.call_id", call.CallID)))
 	defer span.End()
 	start := time.Now()
-	em.emit(Event{Type: EventToolCallStarted, CallID: call.CallID, Tool: call.Name, Arguments: call.Arguments})
-	var res ToolResult
 	t, ok := tools.byName[call.Name]
+	started := Event{Type: EventToolCallStarted, CallID: call.CallID, Tool: call.Name, Arguments: call.Arguments}
+	if c, isCmd := t.(Commander); ok && isCmd {
+		started.Command = c.Command(call.Arguments)
+	}
+	em.emit(started)
+	var res ToolResult
 	if !ok {
 		names := make([]string, 0, len(tools.specs))
 		for _, s := range tools.specs {
@@ -359,7 +363,7 @@ func (r *Runner) callTool(ctx context.Context, call Item, tools *toolset, em *em
 	if res.Output == nil {
 		res.Output = []Content{{Type: ContentText, Text: ""}}
 	}
-	ev := Event{Type: EventToolCallFinished, CallID: call.CallID, Tool: call.Name, Result: Text(res.Output), ExitCode: res.ExitCode, Duration: time.Since(start)}
+	ev := Event{Type: EventToolCallFinished, CallID: call.CallID, Tool: call.Name, Result: Text(res.Output), ExitCode: res.ExitCode, SessionID: res.SessionID, Duration: time.Since(start)}
 	em.emit(ev)
 	return toolOutput(call, res), nil
 }
@@ -530,6 +534,9 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 			return nil, fmt.Errorf("agent %q has no capabilities: set SandboxAgent.Capabilities or import github.com/cove-sandbox/cove/agent/capabilities: %w", a.Name, sandbox.ErrInvalid)
 		}
 		caps = DefaultCapabilities()
+	}
+	for _, c := range caps {
+		sb.env.Capabilities = append(sb.env.Capabilities, c.Name())
 	}
 	for _, c := range caps {
 		b, err := c.Bind(ctx, sb.env)

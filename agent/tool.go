@@ -33,6 +33,15 @@ type ToolResult struct {
 	Output []Content
 	// ExitCode is set by tools that run a command that ended.
 	ExitCode *int
+	// SessionID is set by tools whose command is still running after
+	// the call (exec_command's yield); write_stdin continues it.
+	SessionID int
+}
+
+// Commander is a Tool whose calls run a command line; the Runner puts it
+// in the tool_call_started event so a viewer can show it.
+type Commander interface {
+	Command(arguments string) string
 }
 
 // TextResult is a ToolResult with one text output.

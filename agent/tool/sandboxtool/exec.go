@@ -249,7 +249,7 @@ func (t *Tools) answer(p *process, exited bool, out text, maxTokens int, began t
 		r.exitCode, res.ExitCode = &code, &code
 		t.finish(p, code)
 	} else {
-		r.session = p.id
+		r.session, res.SessionID = p.id, p.id
 	}
 	r.output = output
 	r.wall = time.Since(began)
