@@ -10,6 +10,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/klauspost/compress v1.20.4
 	github.com/landlock-lsm/go-landlock v0.11.2
+	github.com/openai/openai-go/v3 v3.99.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
@@ -33,7 +34,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
-	github.com/openai/openai-go/v3 v3.99.0 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
