@@ -48,7 +48,7 @@ func TestDependencyDirection(t *testing.T) {
 		return false
 	}
 	wiring := func(p string) bool {
-		return p == "" || strings.HasPrefix(p, "cmd/") || strings.HasPrefix(p, "internal/cli") || strings.HasPrefix(p, "internal/app")
+		return p == "" || strings.HasPrefix(p, "cmd/") || strings.HasPrefix(p, "examples/") || strings.HasPrefix(p, "internal/cli") || strings.HasPrefix(p, "internal/app")
 	}
 	for pkg, imps := range imports {
 		for _, imp := range imps {

@@ -29,7 +29,7 @@ var DefaultPrices = map[string]Price{
 
 // Cost estimates what usage of model cost in USD, looking model up in
 // table first and DefaultPrices second. A dated name ("gpt-4o-2024-08-06")
-// takes the price of its longest listed prefix. ok is false when the model
+// takes the price of its undated name. ok is false when the model
 // has no price.
 func Cost(model string, u Usage, table map[string]Price) (usd float64, ok bool) {
 	p, ok := lookupPrice(model, table)
@@ -50,7 +50,9 @@ func lookupPrice(model string, table map[string]Price) (Price, bool) {
 	}
 	best := ""
 	for name := range table {
-		if strings.HasPrefix(model, name+"-") && len(name) > len(best) {
+		// Only a date suffix inherits the price: gpt-5-pro is not gpt-5.
+		rest, ok := strings.CutPrefix(model, name+"-")
+		if ok && rest != "" && rest[0] >= '0' && rest[0] <= '9' && len(name) > len(best) {
 			best = name
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox/local"
@@ -47,6 +48,7 @@ func ExitCode(err error) int {
 const usage = `cove runs AI agents' work in isolated Linux sandboxes.
 
 Usage:
+  cove run [flags] "task"         run an agent on a task in a sandbox made from a workspace (cove run -h)
   cove sandbox COMMAND             create, list, exec in, copy to/from, snapshot, stop, resume, fork, rm sandboxes
   cove template build|import|ls|rm  root filesystems for sandboxes (Debian packages, OCI images)
   cove demo [-- COMMAND ARGS...]   start a sandbox, run a command in it through its daemon, print the output
@@ -54,8 +56,15 @@ Usage:
   cove version                     print the version
 
 Environment:
-  COVE_HOME   state directory (default ~/.cove, or /var/lib/cove as root)
+  COVE_HOME        state directory (default ~/.local/share/cove, or /var/lib/cove as root)
+  OPENAI_API_KEY   the model API key for cove run (it stays on the host, never in a sandbox)
+  OPENAI_BASE_URL  an OpenAI-compatible server for cove run (Ollama, vLLM, LM Studio)
+  COVE_MODEL       the model cove run uses (default gpt-5.1)
+  OTEL_EXPORTER_OTLP_ENDPOINT  export OpenTelemetry traces of runs over OTLP/HTTP
 `
+
+// Stdin is what commands read answers from (approvals); tests replace it.
+var Stdin io.Reader = os.Stdin
 
 // Version is set at build time.
 var Version = "dev"
@@ -80,6 +89,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return sandboxCmd(ctx, args[1:], stdout, stderr)
 	case "template":
 		return templateCmd(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runCmd(ctx, args[1:], Stdin, stdout, stderr)
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "bench":

@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cove-sandbox/cove/agent"
+	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
+)
+
+// renderer shows a run's events: step by step for a person, or one JSON
+// object per line for programs (--json).
+type renderer struct {
+	mu      sync.Mutex
+	w       io.Writer
+	json    bool
+	inText  bool // a streamed message is being printed
+	lineEnd bool // the last byte printed ended a line
+}
+
+func newRenderer(w io.Writer, jsonOut bool) *renderer {
+	return &renderer{w: w, json: jsonOut, lineEnd: true}
+}
+
+// note prints a line of the CLI's own (not an agent event).
+func (r *renderer) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.json {
+		b, _ := json.Marshal(map[string]any{"type": "note", "time": time.Now(), "text": fmt.Sprintf(format, args...)})
+		fmt.Fprintf(r.w, "%s\n", b)
+		return
+	}
+	r.newline()
+	fmt.Fprintf(r.w, "· "+format+"\n", args...)
+}
+
+func (r *renderer) print(s string) {
+	if s == "" {
+		return
+	}
+	io.WriteString(r.w, s)
+	r.lineEnd = strings.HasSuffix(s, "\n")
+}
+
+func (r *renderer) newline() {
+	if !r.lineEnd {
+		io.WriteString(r.w, "\n")
+		r.lineEnd = true
+	}
+}
+
+func (r *renderer) event(e agent.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.json {
+		b, err := json.Marshal(e)
+		if err == nil {
+			fmt.Fprintf(r.w, "%s\n", b)
+		}
+		return
+	}
+	if e.Type != agent.EventTextDelta && e.Type != agent.EventMessage && r.inText {
+		r.inText = false
+		r.newline()
+	}
+	switch e.Type {
+	case agent.EventRunStarted:
+		r.print(fmt.Sprintf("▶ agent %s\n", e.Agent))
+	case agent.EventTextDelta:
+		if !r.inText {
+			r.newline()
+			r.print("» ")
+			r.inText = true
+		}
+		r.print(e.Text)
+	case agent.EventMessage:
+		if !r.inText { // not streamed
+			r.newline()
+			r.print("» " + e.Text)
+		}
+		r.inText = false
+		r.newline()
+	case agent.EventToolCallStarted:
+		r.newline()
+		r.print(fmt.Sprintf("%s\n", summarizeCall(e.Tool, e.Arguments)))
+	case agent.EventOutput:
+		r.print(e.Data)
+	case agent.EventFileChanged:
+		r.newline()
+		r.print(fmt.Sprintf("✎ %s %s\n", e.Action, e.Path))
+		if e.Diff != "" {
+			r.print(indent(e.Diff))
+		}
+	case agent.EventToolCallFinished:
+		r.newline()
+		d := e.Duration.Round(time.Millisecond)
+		switch {
+		case e.ExitCode != nil:
+			mark := "✓"
+			if *e.ExitCode != 0 {
+				mark = "✗"
+			}
+			r.print(fmt.Sprintf("  %s exit %d · %s\n", mark, *e.ExitCode, d))
+		case e.Tool == "exec_command" || e.Tool == "write_stdin":
+			if id := sessionID(e.Result); id != "" {
+				r.print(fmt.Sprintf("  … still running as session %s · %s\n", id, d))
+			} else {
+				r.print(fmt.Sprintf("  %s · %s\n", firstLine(e.Result), d))
+			}
+		case e.Tool == "apply_patch":
+			if strings.HasPrefix(e.Result, "error") || strings.Contains(e.Result, "rejected") {
+				r.print(fmt.Sprintf("  ✗ %s\n", firstLine(e.Result)))
+			}
+		default:
+			r.print(fmt.Sprintf("  ← %s · %s\n", clip(firstLine(e.Result), 120), d))
+		}
+	case agent.EventApprovalRequested:
+		r.newline()
+		r.print(fmt.Sprintf("? %s needs your approval: %s\n", e.Tool, e.Approval.Reason))
+	case agent.EventRunFinished:
+		r.newline()
+		if e.Error != "" {
+			r.print(fmt.Sprintf("✗ run failed: %s\n", e.Error))
+		}
+		if e.Usage != nil {
+			cost := "cost unknown (model not in the price table)"
+			if e.Cost != nil {
+				cost = fmt.Sprintf("≈ $%.4f", *e.Cost)
+			}
+			r.print(fmt.Sprintf("· %d model calls · tokens in %d (cached %d) out %d · %s\n",
+				e.Usage.Requests, e.Usage.InputTokens, e.Usage.CachedInputTokens, e.Usage.OutputTokens, cost))
+		}
+	}
+}
+
+// summarizeCall is the one line that shows a tool call.
+func summarizeCall(tool, args string) string {
+	switch tool {
+	case "exec_command":
+		return "$ " + sandboxtool.Command(args)
+	case "apply_patch":
+		return "✎ apply_patch"
+	}
+	return "→ " + tool + " " + summarizeArgs(tool, args)
+}
+
+func summarizeArgs(tool, args string) string {
+	if tool == "exec_command" {
+		return sandboxtool.Command(args)
+	}
+	return clip(strings.Join(strings.Fields(args), " "), 160)
+}
+
+func sessionID(result string) string {
+	const marker = "Process running with session ID "
+	if i := strings.Index(result, marker); i >= 0 {
+		return firstLine(result[i+len(marker):])
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func indent(s string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString("    " + l)
+		}
+	}
+	if !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}

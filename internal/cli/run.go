@@ -1,0 +1,437 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/cove-sandbox/cove/agent"
+	"github.com/cove-sandbox/cove/agent/capabilities"
+	"github.com/cove-sandbox/cove/agent/model/openai"
+	"github.com/cove-sandbox/cove/agent/tool/mcp"
+	"github.com/cove-sandbox/cove/manifest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/hostproc"
+	"github.com/cove-sandbox/cove/sandbox/tarball"
+	"github.com/cove-sandbox/cove/trace"
+)
+
+const runUsage = `Usage: cove run [flags] "task"
+       cove run --resume STATE.json [--approve-call ID|all] [--reject-call ID|all]
+
+Runs an agent on a task in a sandbox made from a workspace: every command,
+its output, the files it changed and the final answer are shown as they
+happen; the changed workspace is copied to --out, or printed as a patch.
+
+Flags:
+`
+
+// runOptions are cove run's flags.
+type runOptions struct {
+	workspace, manifest, model, baseURL, api, approve, out, stateFile, resume string
+	template, memory, ttl, stateDir, instructions, prices                   string
+	jsonOut                                                                 bool
+	cpus                                                                    float64
+	maxTurns                                                                int
+	approveCalls, rejectCalls, mcpCmds, mcpURLs                             multiFlag
+}
+
+func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var o runOptions
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	fs.StringVar(&o.workspace, "workspace", "", "host directory copied into the sandbox's workspace (default: the current directory unless --manifest is given)")
+	fs.StringVar(&o.manifest, "manifest", "", "manifest JSON file describing the workspace")
+	fs.StringVar(&o.model, "model", envOr("COVE_MODEL", "gpt-5.1"), "model name ($COVE_MODEL)")
+	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible server, e.g. http://localhost:11434/v1 for Ollama ($OPENAI_BASE_URL)")
+	fs.StringVar(&o.api, "api", "", `"responses" or "chat" (default: responses for OpenAI, chat for --base-url servers)`)
+	fs.StringVar(&o.approve, "approve", "risky", "which tool calls wait for your y/n: never, risky (deletes, installs, network, pushes, writes outside the workspace) or all")
+	fs.StringVar(&o.out, "out", "", "copy the final workspace to this directory (default: print the changes as a patch)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the run's events as JSON lines on stdout")
+	fs.StringVar(&o.stateFile, "state", "cove-run-state.json", "where a run waiting for approval saves its state when it cannot ask (--json, or no terminal)")
+	fs.StringVar(&o.resume, "resume", "", "resume the run saved in this state file")
+	fs.Var(&o.approveCalls, "approve-call", "with --resume: approve this call id (or all); repeatable")
+	fs.Var(&o.rejectCalls, "reject-call", "with --resume: reject this call id (or all); repeatable")
+	fs.StringVar(&o.template, "template", "", "sandbox template (default host)")
+	fs.Float64Var(&o.cpus, "cpus", 0, "CPU quota in cores")
+	fs.StringVar(&o.memory, "memory", "", "memory limit, e.g. 1G")
+	fs.StringVar(&o.ttl, "ttl", "1h", "the sandbox stops this long after it starts")
+	fs.IntVar(&o.maxTurns, "max-turns", agent.DefaultMaxTurns, "maximum model calls")
+	fs.StringVar(&o.instructions, "instructions", "", "extra instructions for the agent")
+	fs.StringVar(&o.prices, "prices", "", `JSON file of model prices in USD per 1M tokens: {"my-model": {"input": 1, "cached_input": 0.1, "output": 4}}`)
+	fs.Var(&o.mcpCmds, "mcp", `MCP server over stdio, as "name=command args..."; repeatable`)
+	fs.Var(&o.mcpURLs, "mcp-url", `MCP server over Streamable HTTP, as "name=URL"; repeatable`)
+	fs.StringVar(&o.stateDir, "state-dir", "", "Cove's state directory")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	task := strings.Join(fs.Args(), " ")
+	if o.resume == "" && strings.TrimSpace(task) == "" {
+		fmt.Fprintln(stderr, "cove run: say what the agent should do, e.g. cove run \"fix the failing test\"")
+		fs.Usage()
+		return ErrUsage
+	}
+	policy, err := approvalPolicy(o.approve)
+	if err != nil {
+		fmt.Fprintf(stderr, "cove run: %v\n", err)
+		return ErrUsage
+	}
+
+	shutdown, err := trace.Setup(ctx, "cove")
+	if err != nil {
+		return err
+	}
+	defer shutdown(context.WithoutCancel(ctx))
+
+	model, err := newModel(o)
+	if err != nil {
+		return err
+	}
+	var sources []agent.ToolSource
+	servers, err := mcpServers(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "cove run: %v\n", err)
+		return ErrUsage
+	}
+	if len(servers) > 0 {
+		sources = append(sources, mcp.NewSource(servers...))
+	}
+	var prices map[string]agent.Price
+	if o.prices != "" {
+		b, err := os.ReadFile(o.prices)
+		if err == nil {
+			err = json.Unmarshal(b, &prices)
+		}
+		if err != nil {
+			return fmt.Errorf("reading --prices %s: %v", o.prices, err)
+		}
+	}
+
+	rt, isolated, err := runRuntime(o.stateDir)
+	if err != nil {
+		return err
+	}
+	spec := sandbox.Spec{Template: o.template, Limits: sandbox.Limits{CPUs: o.cpus}}
+	if o.memory != "" {
+		if spec.Limits.MemoryBytes, err = parseSize(o.memory); err != nil {
+			return fmt.Errorf("--memory %q: %v", o.memory, err)
+		}
+	}
+	if spec.TTL, err = time.ParseDuration(o.ttl); err != nil {
+		return fmt.Errorf("--ttl %q: %v (use a duration like 30m)", o.ttl, err)
+	}
+
+	a := &agent.Agent{
+		Name:         "cove",
+		Instructions: defaultRunInstructions + o.instructions,
+		Model:        model,
+		ToolSources:  sources,
+		Approval:     policy,
+		Sandbox:      &agent.SandboxAgent{Capabilities: capabilities.Default()},
+	}
+	sc := &agent.SandboxRunConfig{Runtime: rt, Spec: spec}
+	show := newRenderer(stdout, o.jsonOut)
+	cfg := agent.RunConfig{MaxTurns: o.maxTurns, Sandbox: sc, OnEvent: show.event, Prices: prices}
+
+	// The workspace: a manifest, or a host directory uploaded as a tar.
+	// Its original content is kept to print the changes at the end.
+	var st *agent.RunState
+	var original string
+	if o.resume != "" {
+		b, err := os.ReadFile(o.resume)
+		if err != nil {
+			return fmt.Errorf("reading the run state: %w", err)
+		}
+		if st, err = agent.ParseRunState(b); err != nil {
+			return fmt.Errorf("%s: %w", o.resume, err)
+		}
+		if err := decideFromFlags(st, o.approveCalls, o.rejectCalls); err != nil {
+			return err
+		}
+		original = st.Meta[metaWorkspace]
+	} else {
+		if o.manifest != "" {
+			b, err := os.ReadFile(o.manifest)
+			if err != nil {
+				return fmt.Errorf("reading the manifest: %w", err)
+			}
+			m, err := manifest.Parse(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", o.manifest, err)
+			}
+			sc.Manifest = m
+			sc.ApplyOptions.BaseDir = filepath.Dir(o.manifest)
+		}
+		if o.workspace == "" && o.manifest == "" {
+			o.workspace = "."
+		}
+		if o.workspace != "" {
+			if original, err = filepath.Abs(o.workspace); err != nil {
+				return err
+			}
+			if fi, err := os.Stat(original); err != nil || !fi.IsDir() {
+				return fmt.Errorf("--workspace %s: not a directory", o.workspace)
+			}
+			sc.Prepare = func(ctx context.Context, s sandbox.Session) error {
+				show.note("uploading %s to sandbox %s", original, s.ID())
+				return uploadDir(ctx, s, original)
+			}
+		}
+	}
+	finalDir := ""
+	sc.OnFinish = func(ctx context.Context, s sandbox.Session) error {
+		dir, err := os.MkdirTemp("", "cove-run-out-")
+		if err != nil {
+			return err
+		}
+		finalDir = dir
+		var buf bytes.Buffer
+		if err := s.SnapshotWorkspace(ctx, &buf); err != nil {
+			return fmt.Errorf("copying the workspace out: %w", err)
+		}
+		return tarball.Extract(ctx, &buf, dir, tarball.ExtractOptions{})
+	}
+	defer func() {
+		if finalDir != "" {
+			os.RemoveAll(finalDir)
+		}
+	}()
+	if !isolated {
+		show.note("no isolation: not root, so commands run as plain host processes (hostproc runtime)")
+	}
+
+	interactive := !o.jsonOut && isTerminal(stdin)
+	runner := &agent.Runner{}
+	var res *agent.Result
+	if st != nil {
+		res, err = runner.Resume(ctx, a, st, cfg)
+	} else {
+		res, err = runner.Run(ctx, a, task, cfg)
+	}
+	for err == nil && len(res.Interruptions) > 0 {
+		if !interactive {
+			if original != "" {
+				if res.State.Meta == nil {
+					res.State.Meta = map[string]string{}
+				}
+				res.State.Meta[metaWorkspace] = original
+			}
+			b, _ := json.Marshal(res.State)
+			if werr := os.WriteFile(o.stateFile, b, 0o600); werr != nil {
+				return fmt.Errorf("saving the run state: %w", werr)
+			}
+			show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
+			return exitError{3}
+		}
+		if err := askApprovals(res.State, stdin, stdout); err != nil {
+			return err
+		}
+		res, err = runner.Resume(ctx, a, res.State, cfg)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			show.note("stopped; the sandbox was torn down")
+		}
+		return err
+	}
+	if finalDir != "" {
+		if o.out != "" {
+			if err := syncDir(finalDir, o.out, original); err != nil {
+				return fmt.Errorf("copying the workspace to %s: %w", o.out, err)
+			}
+			show.note("workspace copied to %s", o.out)
+		} else if original != "" && !o.jsonOut {
+			patch, err := workspaceDiff(original, finalDir)
+			if err != nil {
+				return err
+			}
+			if patch == "" {
+				show.note("no files changed")
+			} else {
+				fmt.Fprint(stdout, patch)
+			}
+		}
+	}
+	if o.resume != "" {
+		os.Remove(o.resume)
+	}
+	return nil
+}
+
+const defaultRunInstructions = "You are a careful software agent. Inspect the workspace before answering, make the changes the task needs, run the project's tests when there are any, and end with a short summary of what you did and what you found.\n"
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func approvalPolicy(mode string) (agent.ApprovalPolicy, error) {
+	switch mode {
+	case "never":
+		return nil, nil
+	case "risky":
+		return agent.ApproveRisky, nil
+	case "all":
+		return agent.ApproveAll, nil
+	}
+	return nil, fmt.Errorf("--approve %q: want never, risky or all", mode)
+}
+
+func mcpServers(o runOptions) ([]mcp.Server, error) {
+	var out []mcp.Server
+	for _, v := range o.mcpCmds {
+		name, cmd, ok := strings.Cut(v, "=")
+		f := strings.Fields(cmd)
+		if !ok || name == "" || len(f) == 0 {
+			return nil, fmt.Errorf("--mcp %q: want name=command args", v)
+		}
+		out = append(out, mcp.Server{Name: name, Command: f[0], Args: f[1:]})
+	}
+	for _, v := range o.mcpURLs {
+		name, u, ok := strings.Cut(v, "=")
+		if !ok || name == "" || u == "" {
+			return nil, fmt.Errorf("--mcp-url %q: want name=URL", v)
+		}
+		out = append(out, mcp.Server{Name: name, URL: u})
+	}
+	return out, nil
+}
+
+// runRuntime is the local runtime when it works here (root), else the
+// daemon as a plain host process, said plainly.
+func runRuntime(stateDir string) (sandbox.Runtime, bool, error) {
+	if lrt, err := localRuntime(stateDir); err == nil {
+		return lrt, true, nil
+	}
+	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dataDir(stateDir), "hostproc")})
+	return rt, false, err
+}
+
+// metaWorkspace is the RunState.Meta key of the host workspace directory,
+// so a run resumed in another process prints its patch against it.
+const metaWorkspace = "cove.workspace"
+
+func decideFromFlags(st *agent.RunState, approve, reject []string) error {
+	for _, id := range approve {
+		if id == "all" {
+			st.DecideAll(agent.Approved, "")
+		} else if err := st.Approve(id); err != nil {
+			return err
+		}
+	}
+	for _, id := range reject {
+		if id == "all" {
+			st.DecideAll(agent.Rejected, "")
+		} else if err := st.Reject(id, ""); err != nil {
+			return err
+		}
+	}
+	if und := st.Undecided(); len(und) > 0 {
+		var ids []string
+		for _, u := range und {
+			ids = append(ids, u.CallID+" ("+u.Tool+": "+u.Reason+")")
+		}
+		return fmt.Errorf("decide every pending call with --approve-call ID|all or --reject-call ID|all: %s", strings.Join(ids, ", "))
+	}
+	return nil
+}
+
+func askApprovals(st *agent.RunState, stdin io.Reader, stdout io.Writer) error {
+	in := bufio.NewReader(stdin)
+	for _, ap := range st.Undecided() {
+		fmt.Fprintf(stdout, "\n? approve %s %s (%s)? [y/N] ", ap.Tool, summarizeArgs(ap.Tool, ap.Arguments), ap.Reason)
+		line, err := in.ReadString('\n')
+		if err != nil && line == "" {
+			return fmt.Errorf("reading your answer: %w", err)
+		}
+		if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
+			_ = st.Approve(ap.CallID)
+		} else {
+			_ = st.Reject(ap.CallID, "")
+		}
+	}
+	return nil
+}
+
+// uploadDir copies a host directory into the workspace as one tar stream.
+func uploadDir(ctx context.Context, s sandbox.Session, dir string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tarball.Write(ctx, pw, dir)) }()
+	err := s.RestoreWorkspace(ctx, pr)
+	pr.CloseWithError(err)
+	return err
+}
+
+// workspaceDiff is a unified diff of the changes from orig to final.
+func workspaceDiff(orig, final string) (string, error) {
+	cmd := exec.Command("diff", "-ruN", "--exclude=.git", orig, final)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
+		return "", fmt.Errorf("diffing the workspace: %v", err)
+	}
+	// Label the files as a/ and b/ paths relative to the workspace.
+	s := strings.ReplaceAll(string(out), orig+"/", "a/")
+	s = strings.ReplaceAll(s, final+"/", "b/")
+	return s, nil
+}
+
+// syncDir makes out hold the final workspace: files are copied over, and
+// files of the original workspace that the agent deleted are removed.
+func syncDir(final, out, orig string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	if err := exec.Command("cp", "-a", final+"/.", out).Run(); err != nil {
+		return fmt.Errorf("cp: %v", err)
+	}
+	if orig == "" {
+		return nil
+	}
+	return filepath.WalkDir(orig, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == orig {
+			return err
+		}
+		rel, _ := filepath.Rel(orig, p)
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if _, err := os.Lstat(filepath.Join(final, rel)); errors.Is(err, os.ErrNotExist) {
+			os.RemoveAll(filepath.Join(out, rel))
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+		}
+		return nil
+	})
+}
+
+// newModel is the model of cove run: OpenAI's Responses API, or Chat
+// Completions for an OpenAI-compatible server given with --base-url.
+func newModel(o runOptions) (agent.Model, error) {
+	m, err := openai.New(openai.Config{Model: o.model, BaseURL: o.baseURL, API: openai.API(o.api)})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
