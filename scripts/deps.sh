@@ -17,6 +17,9 @@ command -v cp >/dev/null || need+=(coreutils)
 # Tests use pkill (procps) and dpkg-deb (dpkg).
 command -v pkill >/dev/null || need+=(procps)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
+# The agent's end-to-end test runs pytest inside a sandbox on the host
+# template, which sees the host's /usr.
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
 # The MCP adapter's tests run a real npm MCP server with node.
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
