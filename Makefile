@@ -26,6 +26,8 @@ test: deps
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchtime=2s ./guest/
 	$(GO) test -run='^$$' -bench=. -benchtime=100x ./sandbox/local/
+	$(GO) test -run='^$$' -bench=HarnessOverhead -benchtime=20x ./agent/
+	$(GO) test -run='^$$' -bench=HarnessOverhead -benchtime=20x ./agent/
 	./bin/cove bench
 
 # generate rebuilds the Connect/protobuf code from guest/proto.
@@ -41,3 +43,5 @@ generate:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30s ./manifest
 	$(GO) test -run='^$$' -fuzz=FuzzExtract -fuzztime=30s ./sandbox/tarball
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30s ./agent/tool/applypatch
+	$(GO) test -run='^$$' -fuzz=FuzzApply -fuzztime=30s ./agent/tool/applypatch
