@@ -122,6 +122,10 @@ type SandboxRunConfig struct {
 	// Manifest builds the workspace of a created sandbox; nil means the
 	// agent's DefaultManifest.
 	Manifest *manifest.Manifest
+	// Snapshot, when set, is a workspace tar (SnapshotWorkspace's) that a
+	// created sandbox is restored from instead of applying the manifest:
+	// a run picks up where an earlier one left its files.
+	Snapshot []byte
 	// ApplyOptions tune how the manifest is applied (host base dir,
 	// progress).
 	ApplyOptions manifest.ApplyOptions

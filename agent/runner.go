@@ -496,7 +496,12 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 			return nil, fmt.Errorf("creating the sandbox for agent %q: %w", a.Name, err)
 		}
 		sb.sess, sb.owned = sess, true
-		if m != nil {
+		if sc.Snapshot != nil {
+			if err := sess.RestoreWorkspace(ctx, bytes.NewReader(sc.Snapshot)); err != nil {
+				_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
+				return nil, fmt.Errorf("restoring the workspace snapshot into sandbox %s: %w", sess.ID(), err)
+			}
+		} else if m != nil {
 			if err := manifest.Apply(ctx, m, sess, sc.ApplyOptions); err != nil {
 				_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
 				return nil, fmt.Errorf("building the workspace of sandbox %s: %w", sess.ID(), err)

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -319,5 +320,61 @@ func TestRunStateVersion(t *testing.T) {
 	}
 	if _, err := agent.ParseRunState([]byte(`{`)); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestRestoreSnapshotOnStart(t *testing.T) {
+	ctx := context.Background()
+	rt := sandboxtest.NewFake()
+	src, _ := rt.Create(ctx, sandbox.Spec{})
+	if err := src.WriteFile(ctx, "notes/todo.txt", strings.NewReader("from last time"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var snap bytes.Buffer
+	if err := src.SnapshotWorkspace(ctx, &snap); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	a := &agent.Agent{Name: "x", Model: &scripted{turns: []func(agent.ModelRequest) []agent.Item{say("ok")}},
+		Sandbox: &agent.SandboxAgent{Capabilities: []agent.Capability{fsCap{}},
+			DefaultManifest: &manifest.Manifest{Entries: map[string]manifest.Entry{"manifest.txt": manifest.File{Content: []byte("m")}}}}}
+	cfg := agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt, Snapshot: snap.Bytes(), OnFinish: func(ctx context.Context, s sandbox.Session) error {
+		got = readFile(t, s, "notes/todo.txt")
+		if _, err := s.Stat(ctx, "manifest.txt"); err == nil {
+			t.Error("the manifest was applied although a snapshot was given")
+		}
+		return nil
+	}}}
+	if _, err := (&agent.Runner{}).Run(ctx, a, "hi", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got != "from last time" {
+		t.Errorf("restored file = %q", got)
+	}
+}
+
+func TestRunStreamed(t *testing.T) {
+	a := &agent.Agent{Name: "s", Model: &scripted{turns: []func(agent.ModelRequest) []agent.Item{call("c1", "echo", `{"text":"x"}`), say("streamed answer")}},
+		Tools: []agent.Tool{echoTool()}}
+	s := (&agent.Runner{}).RunStreamed(context.Background(), a, "go", agent.RunConfig{})
+	var types []agent.EventType
+	var deltas string
+	for e := range s.Events() {
+		types = append(types, e.Type)
+		if e.Type == agent.EventTextDelta {
+			deltas += e.Text
+		}
+	}
+	res, err := s.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []agent.EventType{agent.EventRunStarted, agent.EventTurnStarted, agent.EventToolCallStarted, agent.EventToolCallFinished,
+		agent.EventTurnStarted, agent.EventTextDelta, agent.EventMessage, agent.EventRunFinished}
+	if diff := cmp.Diff(want, types); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if deltas != "streamed answer" || res.Output != "streamed answer" {
+		t.Errorf("deltas %q, output %q", deltas, res.Output)
 	}
 }
