@@ -15,10 +15,10 @@ import (
 // sandbox agent: the Runner gives it a sandbox session and the tools of its
 // capabilities (a shell, file editing, skills).
 type Agent struct {
-	Name         string
-	Instructions string
-	Model        Model
-	Settings     ModelSettings
+	Name          string
+	Instructions  string
+	Model         Model
+	ModelSettings ModelSettings
 	// Tools are the agent's own tools, beside those of its capabilities
 	// and MCP servers.
 	Tools []Tool
