@@ -43,7 +43,9 @@ type ApprovalRequest struct {
 type ApprovalPolicy func(ctx context.Context, req ApprovalRequest) (reason string, need bool)
 
 // ApproveAll asks for every tool call.
-func ApproveAll(context.Context, ApprovalRequest) (string, bool) { return "every tool call is approved by you", true }
+func ApproveAll(context.Context, ApprovalRequest) (string, bool) {
+	return "every tool call is approved by you", true
+}
 
 // ApproveTools asks for calls of the named tools only.
 func ApproveTools(names ...string) ApprovalPolicy {

@@ -29,7 +29,7 @@ type RunState struct {
 	// answered, in the model's order.
 	Pending []Item `json:"pending,omitempty"`
 	// Approvals are the pending calls that need a decision.
-	Approvals []Approval `json:"approvals,omitempty"`
+	Approvals []Approval    `json:"approvals,omitempty"`
 	Sandbox   *SandboxState `json:"sandbox,omitempty"`
 	// Meta is the caller's own data, kept as is (cove run keeps the host
 	// workspace directory here to diff against after a resume).
