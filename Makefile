@@ -12,9 +12,11 @@ deps:
 	@./scripts/deps.sh
 
 # A static binary starts about 1 ms faster, and sandboxes start it twice
-# (supervisor and pid 1).
+# (supervisor and pid 1). Those roles run cmd/cove-sandbox, embedded in
+# cove, so a sandbox does not initialise the harness's packages.
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/cove ./cmd/cove
+	CGO_ENABLED=0 $(GO) build -trimpath -o internal/cli/sandboxbin/cove-sandbox ./cmd/cove-sandbox
+	CGO_ENABLED=0 $(GO) build -tags embedsandbox -o bin/cove ./cmd/cove
 
 run: deps build
 	./bin/cove demo

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
 )
@@ -34,7 +35,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "rt")})
+	cmd, err := sandboxbin.Command(filepath.Join(dataDir(""), "bin"))
+	if err != nil {
+		return err
+	}
+	if cmd != nil {
+		cmd = append(cmd, "guest")
+	}
+	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "rt"), GuestCommand: cmd})
 	if err != nil {
 		return err
 	}

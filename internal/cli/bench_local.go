@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local"
 )
@@ -31,7 +32,11 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb")})
+	cmd, err := sandboxbin.Command(filepath.Join(dataDir(""), "bin"))
+	if err != nil {
+		return err
+	}
+	rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), Command: cmd})
 	if err != nil {
 		return err
 	}
@@ -51,7 +56,7 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	}
 	add("create→first output (host)", "cove local", ms(coveT.p50), ms(coveT.p99), "1.00x", "p50 < 15ms, p99 < 50ms")
 	// With a warm pool of 2, refilled between runs (untimed).
-	prt, err := local.New(local.Config{Dir: filepath.Join(dir, "pool"), Pool: 2})
+	prt, err := local.New(local.Config{Dir: filepath.Join(dir, "pool"), Pool: 2, Command: cmd})
 	if err != nil {
 		return err
 	}

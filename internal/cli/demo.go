@@ -5,12 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
 )
 
 // demo starts a sandbox (its daemon as a child process), writes a file,
@@ -36,7 +34,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprintf(stderr, "→ %v\n  falling back to the hostproc runtime: NO isolation\n", err)
 		kind = "daemon as a plain child process, no isolation"
-		if rt, err = hostproc.New(hostproc.Config{Dir: filepath.Join(dataDir(""), "hostproc")}); err != nil {
+		if rt, err = hostprocRuntime(""); err != nil {
 			return err
 		}
 	}

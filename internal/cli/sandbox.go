@@ -18,8 +18,10 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 	"github.com/cove-sandbox/cove/template"
@@ -157,7 +159,25 @@ func localRuntime(stateDir string) (*local.Runtime, error) {
 			return nil, fmt.Errorf("COVE_POOL=%q: want a number of sandboxes to keep ready", v)
 		}
 	}
-	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool})
+	cmd, err := sandboxbin.Command(filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool, Command: cmd})
+}
+
+// hostprocRuntime is the unisolated fallback when the local runtime
+// cannot run here (not root).
+func hostprocRuntime(stateDir string) (*hostproc.Runtime, error) {
+	dir := dataDir(stateDir)
+	cmd, err := sandboxbin.Command(filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	if cmd != nil {
+		cmd = append(cmd, "guest")
+	}
+	return hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "hostproc"), GuestCommand: cmd})
 }
 
 func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {

@@ -13,10 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 )
 
 // initConfig is what the supervisor hands the sandbox's first process,
@@ -105,6 +107,22 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("sandbox ready", "workspace", cfg.Workspace, "user", cfg.User)
+	// Start-up touched code an idle daemon never runs again; give those
+	// pages back soon after, and again now and then for what requests
+	// touched (the next use faults them in from the page cache).
+	go func() {
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sbutil.TrimMemory()
+				t.Reset(time.Minute)
+			}
+		}
+	}()
 	err = srv.Serve(ctx, l)
 	srv.Close()
 	return err

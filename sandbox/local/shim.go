@@ -17,6 +17,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/harden"
 )
 
@@ -137,6 +138,8 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("sandbox started", "init_pid", cmd.Process.Pid)
+	// From here the supervisor only waits: give back its start-up pages.
+	time.AfterFunc(time.Second, sbutil.TrimMemory)
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

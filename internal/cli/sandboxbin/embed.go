@@ -1,0 +1,10 @@
+//go:build embedsandbox
+
+package sandboxbin
+
+import _ "embed"
+
+// Binary is cmd/cove-sandbox, built for this platform.
+//
+//go:embed cove-sandbox
+var Binary []byte
