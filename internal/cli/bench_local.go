@@ -169,6 +169,9 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	close(errs)
 	close(ids)
 	failed := len(errs)
+	// Idle means idle: give the supervisors and daemons the moment they
+	// take to settle (they return their start-up pages after a second).
+	time.Sleep(2 * time.Second)
 	var rss, pss, cg int64
 	count, cgCount := 0, 0
 	for id := range ids {
