@@ -1,0 +1,284 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/agent"
+	"github.com/cove-sandbox/cove/agent/model/fake"
+)
+
+// runHome makes a Cove state directory for one test; the sandboxes left
+// in it are deleted at the end.
+func runHome(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the local runtime needs root (CI runs as root)")
+	}
+	home, err := os.MkdirTemp("", "cr") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, id := range sandboxesIn(t, home) {
+			run(t, "sandbox", "rm", "-f", "--state-dir", home, id)
+		}
+		os.RemoveAll(home)
+	})
+	return home
+}
+
+// runEnv is runHome made COVE_HOME, with a dummy API key and none of the
+// user's model settings, for this test and the cove processes it starts.
+func runEnv(t *testing.T) string {
+	t.Helper()
+	home := runHome(t)
+	t.Setenv("COVE_HOME", home)
+	t.Setenv("OPENAI_API_KEY", "test-key")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("COVE_MODEL", "")
+	return home
+}
+
+// sandboxesIn lists the sandboxes of a state directory.
+func sandboxesIn(t *testing.T, home string) []string {
+	t.Helper()
+	rt, err := localRuntime(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := rt.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, in := range infos {
+		ids = append(ids, in.ID)
+	}
+	return ids
+}
+
+// newWorkspace is a host directory for a run to work on.
+func newWorkspace(t *testing.T) string {
+	t.Helper()
+	ws := t.TempDir()
+	for name, content := range map[string]string{
+		"notes.txt":  "one\ntwo\n",
+		"old.txt":    "bye\n",
+		"scratch/xy": "scratch\n",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ws
+}
+
+const editPatch = `*** Begin Patch
+*** Update File: notes.txt
+@@
+ one
+-two
++three
+*** Delete File: old.txt
+*** End Patch`
+
+// editScript looks at the workspace, edits a file, deletes another and
+// answers.
+func editScript() []fake.Turn {
+	return []fake.Turn{
+		fake.Call("exec_command", `{"cmd":"ls"}`),
+		fake.Call("exec_command", `{"cmd":"cat notes.txt"}`),
+		fake.Custom("apply_patch", editPatch),
+		fake.Text("Changed two to three and removed old.txt."),
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestRunShowsEachStep(t *testing.T) {
+	runEnv(t)
+	ws := newWorkspace(t)
+	srv := fake.NewServer(t, editScript()...)
+	out, errOut, err := run(t, "run", "--base-url", srv.URL, "--workspace", ws, "fix the notes")
+	if err != nil {
+		t.Fatalf("cove run: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	// The steps, in order.
+	steps := []string{
+		"$ ls\n", "notes.txt\nold.txt\nscratch\n", "exit 0",
+		"$ cat notes.txt\n", "one\ntwo\n", "exit 0",
+		"✎ updated notes.txt\n", "-two\n", "+three\n",
+		"✎ deleted old.txt\n",
+		"» Changed two to three and removed old.txt.\n",
+		"· 4 model calls · tokens in ",
+	}
+	rest := out
+	for _, s := range steps {
+		i := strings.Index(rest, s)
+		if i < 0 {
+			t.Fatalf("stdout lacks %q after the steps before it:\n%s", s, out)
+		}
+		rest = rest[i+len(s):]
+	}
+	if !strings.Contains(out, "≈ $") {
+		t.Errorf("stdout lacks the cost of a model in the price table:\n%s", out)
+	}
+
+	// Without --out the changes are printed as a patch of the workspace,
+	// which applies to the original directory.
+	i := strings.Index(out, "\ndiff ")
+	if i < 0 {
+		t.Fatalf("no patch printed:\n%s", out)
+	}
+	patch := out[i+1:]
+	for _, s := range []string{"--- a/notes.txt", "+++ b/notes.txt", "-two\n+three\n", "--- a/old.txt", "-bye\n"} {
+		if !strings.Contains(patch, s) {
+			t.Errorf("patch lacks %q:\n%s", s, patch)
+		}
+	}
+	if readFile(t, ws+"/notes.txt") != "one\ntwo\n" {
+		t.Errorf("without --out the workspace directory changed")
+	}
+	if _, err := exec.LookPath("patch"); err == nil {
+		cp := exec.Command("patch", "-p1", "--batch", "--quiet")
+		cp.Dir, cp.Stdin = ws, strings.NewReader(patch)
+		if b, err := cp.CombinedOutput(); err != nil {
+			t.Errorf("patch -p1 does not apply the printed patch: %v\n%s", err, b)
+		} else if got := readFile(t, ws+"/notes.txt"); got != "one\nthree\n" {
+			t.Errorf("notes.txt after patch -p1 = %q", got)
+		}
+	}
+	if left := sandboxesIn(t, os.Getenv("COVE_HOME")); len(left) > 0 {
+		t.Errorf("sandboxes left after the run: %v", left)
+	}
+}
+
+// jsonEvents parses --json output: every line must be a JSON object.
+func jsonEvents(t *testing.T, out string) []agent.Event {
+	t.Helper()
+	var evs []agent.Event
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var e agent.Event
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.Type == "" {
+			t.Fatalf("stdout line is not a JSON event (%v): %q\nstdout:\n%s", err, line, out)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// output is what the command of a call printed, from its output events.
+func output(evs []agent.Event, callID string) string {
+	var b strings.Builder
+	for _, e := range evs {
+		if e.Type == agent.EventOutput && e.CallID == callID {
+			b.WriteString(e.Data)
+		}
+	}
+	return b.String()
+}
+
+// TestRunJSON: --json prints the run as JSON events.
+func TestRunJSON(t *testing.T) {
+	runEnv(t)
+	ws := newWorkspace(t)
+	srv := fake.NewServer(t, editScript()...)
+	out, errOut, err := run(t, "run", "--json", "--base-url", srv.URL, "--workspace", ws, "fix the notes")
+	if err != nil {
+		t.Fatalf("cove run --json: %v\n%s", err, errOut)
+	}
+	evs := jsonEvents(t, out)
+	if evs[0].Type != agent.EventRunStarted || evs[len(evs)-1].Type != agent.EventRunFinished {
+		t.Errorf("events run from %s to %s, want run_started to run_finished", evs[0].Type, evs[len(evs)-1].Type)
+	}
+	want := []agent.EventType{agent.EventRunStarted, agent.EventToolCallStarted, agent.EventOutput, agent.EventToolCallFinished,
+		agent.EventFileChanged, agent.EventMessage, agent.EventRunFinished}
+	w := 0
+	for _, e := range evs {
+		if w < len(want) && e.Type == want[w] {
+			w++
+		}
+	}
+	if w < len(want) {
+		var got []agent.EventType
+		for _, e := range evs {
+			got = append(got, e.Type)
+		}
+		t.Errorf("event types %v lack %v in order", got, want[w:])
+	}
+	if got := output(evs, "call_2"); got != "one\ntwo\n" {
+		t.Errorf("output events of cat notes.txt carry %q", got)
+	}
+	for _, e := range evs {
+		if e.Type == agent.EventRunFinished && (e.Usage == nil || e.Usage.Requests != 4 || e.Output != "Changed two to three and removed old.txt.") {
+			t.Errorf("run_finished = %+v, want 4 requests and the final answer", e)
+		}
+	}
+
+}
+
+func TestRunErrors(t *testing.T) {
+	runEnv(t)
+	ws := newWorkspace(t)
+	t.Run("no key", func(t *testing.T) {
+		t.Setenv("OPENAI_API_KEY", "")
+		_, _, err := run(t, "run", "--workspace", ws, "task")
+		if ExitCode(err) != 1 || !strings.HasPrefix(err.Error(), "OPENAI_API_KEY is not set: ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("without a key: exit %d, %q; want 1 and one line that starts with OPENAI_API_KEY is not set", ExitCode(err), err)
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"no task", []string{"run", "--workspace", ws}},
+		{"blank task", []string{"run", "--workspace", ws, "  "}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errOut, err := run(t, tt.args...)
+			if !errors.Is(err, ErrUsage) || ExitCode(err) != 2 || !strings.Contains(errOut, "Usage: cove run") {
+				t.Errorf("exit %d (%v), stderr:\n%s\nwant 2 and the usage", ExitCode(err), err, errOut)
+			}
+		})
+	}
+}
+
+// TestRunRetry: a 429 with Retry-After is waited out; the user sees only
+// the run. (Parallel: the wait is a second.)
+func TestRunRetry(t *testing.T) {
+	t.Parallel()
+	home := runHome(t)
+	ws := newWorkspace(t)
+	srv := fake.NewServer(t,
+		fake.Error(429, "Rate limit reached").RetryAfter(time.Second),
+		fake.Call("exec_command", `{"cmd":"cat notes.txt"}`),
+		fake.Text("two is there"),
+	)
+	out, errOut, err := run(t, "run", "--state-dir", home, "--base-url", srv.URL, "--workspace", ws, "look")
+	if err != nil {
+		t.Fatalf("cove run: %v\n%s\n%s", err, out, errOut)
+	}
+	if !strings.Contains(out, "one\ntwo\n") || !strings.Contains(out, "» two is there") ||
+		strings.Contains(out+errOut, "429") || strings.Contains(out+errOut, "ate limit") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s\nwant the run and no trace of the retry", out, errOut)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Errorf("%d requests, want 3 (one retried)", n)
+	}
+}
