@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -124,10 +125,12 @@ func (r *renderer) event(e agent.Event) {
 		r.print(fmt.Sprintf("? %s needs your approval: %s\n", e.Tool, e.Approval.Reason))
 	case agent.EventRunFinished:
 		r.newline()
-		if e.Error != "" {
-			r.print(fmt.Sprintf("✗ run failed: %s\n", e.Error))
+		// The error itself goes to stderr, as cove's errors do; Ctrl-C
+		// gets its own note.
+		if e.Error != "" && !strings.HasSuffix(e.Error, context.Canceled.Error()) {
+			r.print("✗ run failed\n")
 		}
-		if e.Usage != nil {
+		if e.Usage != nil && e.Usage.Requests > 0 {
 			cost := "cost unknown (model not in the price table)"
 			if e.Cost != nil {
 				cost = fmt.Sprintf("≈ $%.4f", *e.Cost)

@@ -23,7 +23,6 @@ import (
 	"github.com/cove-sandbox/cove/agent/tool/mcp"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 	"github.com/cove-sandbox/cove/trace"
 )
@@ -41,11 +40,11 @@ Flags:
 // runOptions are cove run's flags.
 type runOptions struct {
 	workspace, manifest, model, baseURL, api, approve, out, stateFile, resume string
-	template, memory, ttl, stateDir, instructions, prices                   string
-	jsonOut                                                                 bool
-	cpus                                                                    float64
-	maxTurns                                                                int
-	approveCalls, rejectCalls, mcpCmds, mcpURLs                             multiFlag
+	template, memory, ttl, stateDir, instructions, prices                     string
+	jsonOut                                                                   bool
+	cpus                                                                      float64
+	maxTurns                                                                  int
+	approveCalls, rejectCalls, mcpCmds, mcpURLs                               multiFlag
 }
 
 func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -78,16 +77,40 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
-	task := strings.Join(fs.Args(), " ")
-	if o.resume == "" && strings.TrimSpace(task) == "" {
-		fmt.Fprintln(stderr, "cove run: say what the agent should do, e.g. cove run \"fix the failing test\"")
+	usageErr := func(format string, args ...any) error {
+		fmt.Fprintf(stderr, "cove run: "+format+"\n", args...)
 		fs.Usage()
 		return ErrUsage
 	}
+	task := strings.Join(fs.Args(), " ")
+	switch {
+	case o.resume == "" && strings.TrimSpace(task) == "":
+		return usageErr("say what the agent should do, e.g. cove run \"fix the failing test\"")
+	case o.resume != "" && task != "":
+		return usageErr("--resume goes on with the saved run's task; give no new one")
+	case o.resume == "" && len(o.approveCalls)+len(o.rejectCalls) > 0:
+		return usageErr("--approve-call and --reject-call decide the calls of a saved run: use them with --resume")
+	}
+	show := newRenderer(stdout, o.jsonOut)
+
+	// A saved run: its calls are decided first, so a wrong id fails
+	// before anything starts.
+	var st *agent.RunState
+	if o.resume != "" {
+		b, err := os.ReadFile(o.resume)
+		if err != nil {
+			return fmt.Errorf("reading the run state: %w", err)
+		}
+		if st, err = agent.ParseRunState(b); err != nil {
+			return fmt.Errorf("%s: %w", o.resume, err)
+		}
+		if err := decideFromFlags(st, o.approveCalls, o.rejectCalls); err != nil {
+			return err
+		}
+	}
 	policy, err := approvalPolicy(o.approve)
 	if err != nil {
-		fmt.Fprintf(stderr, "cove run: %v\n", err)
-		return ErrUsage
+		return usageErr("%v", err)
 	}
 
 	shutdown, err := trace.Setup(ctx, "cove")
@@ -103,8 +126,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var sources []agent.ToolSource
 	servers, err := mcpServers(o)
 	if err != nil {
-		fmt.Fprintf(stderr, "cove run: %v\n", err)
-		return ErrUsage
+		return usageErr("%v", err)
 	}
 	if len(servers) > 0 {
 		sources = append(sources, mcp.NewSource(servers...))
@@ -143,24 +165,12 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Sandbox:      &agent.SandboxAgent{Capabilities: capabilities.Default()},
 	}
 	sc := &agent.SandboxRunConfig{Runtime: rt, Spec: spec}
-	show := newRenderer(stdout, o.jsonOut)
 	cfg := agent.RunConfig{MaxTurns: o.maxTurns, Sandbox: sc, OnEvent: show.event, Prices: prices}
 
 	// The workspace: a manifest, or a host directory uploaded as a tar.
 	// Its original content is kept to print the changes at the end.
-	var st *agent.RunState
 	var original string
-	if o.resume != "" {
-		b, err := os.ReadFile(o.resume)
-		if err != nil {
-			return fmt.Errorf("reading the run state: %w", err)
-		}
-		if st, err = agent.ParseRunState(b); err != nil {
-			return fmt.Errorf("%s: %w", o.resume, err)
-		}
-		if err := decideFromFlags(st, o.approveCalls, o.rejectCalls); err != nil {
-			return err
-		}
+	if st != nil {
 		original = st.Meta[metaWorkspace]
 	} else {
 		if o.manifest != "" {
@@ -214,6 +224,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 
 	interactive := !o.jsonOut && isTerminal(stdin)
+	answers := bufio.NewReader(stdin)
 	runner := &agent.Runner{}
 	var res *agent.Result
 	if st != nil {
@@ -236,14 +247,26 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
 			return exitError{3}
 		}
-		if err := askApprovals(res.State, stdin, stdout); err != nil {
+		if err := askApprovals(ctx, res.State, answers, stdout); err != nil {
+			// Nobody will resume this run: the sandbox it kept for the
+			// answers goes.
+			if ss := res.State.Sandbox; ss != nil && ss.Owned {
+				_ = rt.Delete(context.WithoutCancel(ctx), ss.ID)
+			}
+			if ctx.Err() != nil {
+				show.note("stopped; the sandbox was torn down")
+				return exitError{130}
+			}
 			return err
 		}
 		res, err = runner.Resume(ctx, a, res.State, cfg)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
+			// Ctrl-C: the Runner has torn the sandbox down; say so
+			// rather than print "context canceled".
 			show.note("stopped; the sandbox was torn down")
+			return exitError{130}
 		}
 		return err
 	}
@@ -323,7 +346,7 @@ func runRuntime(stateDir string) (sandbox.Runtime, bool, error) {
 	if lrt, err := localRuntime(stateDir); err == nil {
 		return lrt, true, nil
 	}
-	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dataDir(stateDir), "hostproc")})
+	rt, err := hostprocRuntime(stateDir)
 	return rt, false, err
 }
 
@@ -356,11 +379,10 @@ func decideFromFlags(st *agent.RunState, approve, reject []string) error {
 	return nil
 }
 
-func askApprovals(st *agent.RunState, stdin io.Reader, stdout io.Writer) error {
-	in := bufio.NewReader(stdin)
+func askApprovals(ctx context.Context, st *agent.RunState, in *bufio.Reader, stdout io.Writer) error {
 	for _, ap := range st.Undecided() {
-		fmt.Fprintf(stdout, "\n? approve %s %s (%s)? [y/N] ", ap.Tool, summarizeArgs(ap.Tool, ap.Arguments), ap.Reason)
-		line, err := in.ReadString('\n')
+		fmt.Fprintf(stdout, "\n? approve %s (%s)? [y/N] ", summarizeCall(ap.Tool, ap.Arguments), ap.Reason)
+		line, err := readLine(ctx, in)
 		if err != nil && line == "" {
 			return fmt.Errorf("reading your answer: %w", err)
 		}
@@ -373,6 +395,27 @@ func askApprovals(st *agent.RunState, stdin io.Reader, stdout io.Writer) error {
 	return nil
 }
 
+// readLine reads a line from in, or gives up when ctx ends: Ctrl-C at a
+// prompt must not wait for Enter. The read itself cannot be cancelled and
+// goes on in the background; nothing reads in after that.
+func readLine(ctx context.Context, in *bufio.Reader) (string, error) {
+	type line struct {
+		s   string
+		err error
+	}
+	ch := make(chan line, 1)
+	go func() {
+		s, err := in.ReadString('\n')
+		ch <- line{s, err}
+	}()
+	select {
+	case l := <-ch:
+		return l.s, l.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
 // uploadDir copies a host directory into the workspace as one tar stream.
 func uploadDir(ctx context.Context, s sandbox.Session, dir string) error {
 	pr, pw := io.Pipe()
@@ -382,28 +425,51 @@ func uploadDir(ctx context.Context, s sandbox.Session, dir string) error {
 	return err
 }
 
-// workspaceDiff is a unified diff of the changes from orig to final.
+// workspaceDiff is a unified diff of the changes from orig to final,
+// with the files named a/PATH and b/PATH as patch -p1 and git apply take
+// them. diff runs on two links named a and b rather than on the real
+// paths, so no rewriting of its output can touch the files' content.
 func workspaceDiff(orig, final string) (string, error) {
-	cmd := exec.Command("diff", "-ruN", "--exclude=.git", orig, final)
+	dir, err := os.MkdirTemp("", "cove-diff-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Symlink(orig, filepath.Join(dir, "a")); err != nil {
+		return "", err
+	}
+	if err := os.Symlink(final, filepath.Join(dir, "b")); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("diff", "-ruN", "--exclude=.git", "a", "b")
+	cmd.Dir = dir
 	out, err := cmd.Output()
 	var ee *exec.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
 		return "", fmt.Errorf("diffing the workspace: %v", err)
 	}
-	// Label the files as a/ and b/ paths relative to the workspace.
-	s := strings.ReplaceAll(string(out), orig+"/", "a/")
-	s = strings.ReplaceAll(s, final+"/", "b/")
-	return s, nil
+	return string(out), nil
 }
 
 // syncDir makes out hold the final workspace: files are copied over, and
 // files of the original workspace that the agent deleted are removed.
+// out itself keeps its mode and owner (often it is the workspace).
 func syncDir(final, out, orig string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	if err := exec.Command("cp", "-a", final+"/.", out).Run(); err != nil {
-		return fmt.Errorf("cp: %v", err)
+	entries, err := os.ReadDir(final)
+	if err != nil {
+		return err
+	}
+	if len(entries) > 0 {
+		args := []string{"-a"}
+		for _, e := range entries {
+			args = append(args, filepath.Join(final, e.Name()))
+		}
+		if b, err := exec.Command("cp", append(args, out+"/")...).CombinedOutput(); err != nil {
+			return fmt.Errorf("cp: %v: %s", err, bytes.TrimSpace(b))
+		}
 	}
 	if orig == "" {
 		return nil

@@ -1,18 +1,23 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/model/fake"
+	"github.com/creack/pty"
 )
 
 // runHome makes a Cove state directory for one test; the sandboxes left
@@ -194,18 +199,20 @@ func output(evs []agent.Event, callID string) string {
 	return b.String()
 }
 
-// TestRunJSON: --json prints the run as JSON events.
+// TestRunJSON: --json prints the run as JSON events, and --out (here the
+// workspace itself) receives the final workspace.
 func TestRunJSON(t *testing.T) {
 	runEnv(t)
 	ws := newWorkspace(t)
+	os.Chmod(ws, 0o755)
 	srv := fake.NewServer(t, editScript()...)
-	out, errOut, err := run(t, "run", "--json", "--base-url", srv.URL, "--workspace", ws, "fix the notes")
+	out, errOut, err := run(t, "run", "--json", "--out", ws, "--base-url", srv.URL, "--workspace", ws, "fix the notes")
 	if err != nil {
 		t.Fatalf("cove run --json: %v\n%s", err, errOut)
 	}
 	evs := jsonEvents(t, out)
-	if evs[0].Type != agent.EventRunStarted || evs[len(evs)-1].Type != agent.EventRunFinished {
-		t.Errorf("events run from %s to %s, want run_started to run_finished", evs[0].Type, evs[len(evs)-1].Type)
+	if evs[0].Type != agent.EventRunStarted || evs[len(evs)-1].Type != "note" {
+		t.Errorf("events run from %s to %s, want run_started to the note of --out", evs[0].Type, evs[len(evs)-1].Type)
 	}
 	want := []agent.EventType{agent.EventRunStarted, agent.EventToolCallStarted, agent.EventOutput, agent.EventToolCallFinished,
 		agent.EventFileChanged, agent.EventMessage, agent.EventRunFinished}
@@ -231,6 +238,18 @@ func TestRunJSON(t *testing.T) {
 		}
 	}
 
+	if got := readFile(t, ws+"/notes.txt"); got != "one\nthree\n" {
+		t.Errorf("notes.txt in --out = %q, want the agent's edit", got)
+	}
+	if _, err := os.Stat(ws + "/old.txt"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("old.txt, deleted by the agent, is still in --out: %v", err)
+	}
+	if got := readFile(t, ws+"/scratch/xy"); got != "scratch\n" {
+		t.Errorf("an untouched file in --out = %q", got)
+	}
+	if fi, err := os.Stat(ws); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("--out directory mode = %v (%v), want it kept at 0755", fi.Mode(), err)
+	}
 }
 
 func TestRunErrors(t *testing.T) {
@@ -249,6 +268,9 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{"no task", []string{"run", "--workspace", ws}},
 		{"blank task", []string{"run", "--workspace", ws, "  "}},
+		{"bad approve", []string{"run", "--approve", "sometimes", "task"}},
+		{"approve-call without resume", []string{"run", "--approve-call", "all", "task"}},
+		{"resume with a task", []string{"run", "--resume", "state.json", "another task"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, errOut, err := run(t, tt.args...)
@@ -257,6 +279,160 @@ func TestRunErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunUnreachable: a model server that is not there fails the run
+// with a line that says so, and the sandbox made for it goes. (Parallel:
+// the failing calls are retried with backoff first.)
+func TestRunUnreachable(t *testing.T) {
+	t.Parallel()
+	home := runHome(t)
+	ws := newWorkspace(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String() + "/v1"
+	l.Close()
+	out, _, err := run(t, "run", "--state-dir", home, "--base-url", url, "--workspace", ws, "task")
+	if ExitCode(err) != 1 || !Reportable(err) || !strings.Contains(err.Error(), "cannot reach the model at "+url) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("a closed port: exit %d, %v; want 1 and one line: cannot reach the model at %s", ExitCode(err), err, url)
+	}
+	if !strings.Contains(out, "✗ run failed") || strings.Contains(out, "model calls") {
+		t.Errorf("stdout:\n%s\nwant the failure and no token line (no call got through)", out)
+	}
+	if left := sandboxesIn(t, home); len(left) > 0 {
+		t.Errorf("sandboxes left after the failed run: %v", left)
+	}
+}
+
+// lineWriter collects output and tells when want appears in it.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func newLineWriter(want string) *lineWriter {
+	return &lineWriter{want: want, seen: make(chan struct{})}
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.want != "" && strings.Contains(w.buf.String(), w.want) {
+		close(w.seen)
+		w.want = ""
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// startRun runs cove in the background with ctx and waits until its
+// stdout shows want.
+func startRun(t *testing.T, ctx context.Context, want string, args ...string) (stdout *lineWriter, done <-chan error) {
+	t.Helper()
+	stdout = newLineWriter(want)
+	ch := make(chan error, 1)
+	go func() { ch <- Run(ctx, args, stdout, io.Discard) }()
+	select {
+	case <-stdout.seen:
+	case err := <-ch:
+		t.Fatalf("the run ended (%v) before printing %q:\n%s", err, want, stdout)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the run did not print %q:\n%s", want, stdout)
+	}
+	return stdout, ch
+}
+
+// wait is the error of a run that must end within a few seconds.
+func wait(t *testing.T, done <-chan error, stdout *lineWriter) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Run did not return:\n%s", stdout)
+	}
+	return nil
+}
+
+// TestRunInterrupt: Ctrl-C (the ctx main passes) while a command runs
+// stops the run at once and deletes its sandbox.
+func TestRunInterrupt(t *testing.T) {
+	t.Parallel()
+	home := runHome(t)
+	ws := newWorkspace(t)
+	srv := fake.NewServer(t, fake.Call("exec_command", `{"cmd":"echo started; sleep 30","yield_time_ms":30000}`))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stdout, done := startRun(t, ctx, "started\n", "run", "--state-dir", home, "--base-url", srv.URL, "--workspace", ws, "wait")
+	cancel()
+	err := wait(t, done, stdout)
+	if ExitCode(err) != 130 || Reportable(err) {
+		t.Errorf("an interrupted run: exit %d (%v), want 130 and nothing more to print", ExitCode(err), err)
+	}
+	if out := stdout.String(); !strings.Contains(out, "stopped; the sandbox was torn down") || strings.Contains(out, "run failed") {
+		t.Errorf("stdout:\n%s\nwant the stop noted, not a failure", out)
+	}
+	if left := sandboxesIn(t, home); len(left) > 0 {
+		t.Errorf("sandboxes left after Ctrl-C: %v", left)
+	}
+}
+
+// TestRunAsks: at a terminal the run asks y/N for each call that needs
+// approval; Ctrl-C at the question stops the run and deletes the sandbox
+// it kept for the answer.
+func TestRunAsks(t *testing.T) {
+	home := runEnv(t)
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty here: %v", err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	prev := Stdin
+	Stdin = tty
+	t.Cleanup(func() { Stdin = prev })
+	const question = "? approve $ rm -r scratch (deletes recursively)? [y/N] "
+	asked := "[y/N] "
+
+	t.Run("yes", func(t *testing.T) {
+		ws := newWorkspace(t)
+		srv := fake.NewServer(t, fake.Call("exec_command", `{"cmd":"rm -r scratch"}`), fake.Text("removed"))
+		stdout, done := startRun(t, t.Context(), asked, "run", "--base-url", srv.URL, "--workspace", ws, "tidy")
+		io.WriteString(ptmx, "y\n")
+		if err := wait(t, done, stdout); err != nil {
+			t.Fatalf("cove run: %v\n%s", err, stdout)
+		}
+		if out := stdout.String(); !strings.Contains(out, question) {
+			t.Errorf("stdout:\n%s\nwant the question %q", out, question)
+		}
+		if out := stdout.String(); !strings.Contains(out, "$ rm -r scratch\n  ✓ exit 0") || !strings.Contains(out, "--- a/scratch/xy") {
+			t.Errorf("stdout after yes:\n%s\nwant the command run and scratch/xy deleted in the patch", out)
+		}
+	})
+	t.Run("ctrl-c", func(t *testing.T) {
+		ws := newWorkspace(t)
+		srv := fake.NewServer(t, fake.Call("exec_command", `{"cmd":"rm -r scratch"}`))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		stdout, done := startRun(t, ctx, asked, "run", "--base-url", srv.URL, "--workspace", ws, "tidy")
+		cancel()
+		if err := wait(t, done, stdout); ExitCode(err) != 130 {
+			t.Errorf("Ctrl-C at the question: exit %d (%v), want 130", ExitCode(err), err)
+		}
+		if left := sandboxesIn(t, home); len(left) > 0 {
+			t.Errorf("sandboxes left after Ctrl-C at the question: %v", left)
+		}
+	})
 }
 
 // TestRunRetry: a 429 with Retry-After is waited out; the user sees only
