@@ -21,10 +21,25 @@ type renderer struct {
 	json    bool
 	inText  bool // a streamed message is being printed
 	lineEnd bool // the last byte printed ended a line
+	// started are the calls that ran (a rejected one never starts), and
+	// calls the one-line summaries of those that waited for approval, to
+	// show what a rejection stopped.
+	started map[string]bool
+	calls   map[string]string
 }
 
 func newRenderer(w io.Writer, jsonOut bool) *renderer {
-	return &renderer{w: w, json: jsonOut, lineEnd: true}
+	return &renderer{w: w, json: jsonOut, lineEnd: true, started: map[string]bool{}, calls: map[string]string{}}
+}
+
+// remember takes note of the calls a saved run waited for, so that a
+// resume in another process can name what was rejected.
+func (r *renderer) remember(aps []agent.Approval) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ap := range aps {
+		r.calls[ap.CallID] = summarizeCall(ap.Tool, ap.Arguments)
+	}
 }
 
 // note prints a line of the CLI's own (not an agent event).
@@ -87,6 +102,7 @@ func (r *renderer) event(e agent.Event) {
 		r.inText = false
 		r.newline()
 	case agent.EventToolCallStarted:
+		r.started[e.CallID] = true
 		r.newline()
 		r.print(fmt.Sprintf("%s\n", summarizeCall(e.Tool, e.Arguments)))
 	case agent.EventOutput:
@@ -101,6 +117,13 @@ func (r *renderer) event(e agent.Event) {
 		r.newline()
 		d := e.Duration.Round(time.Millisecond)
 		switch {
+		case !r.started[e.CallID]:
+			// Rejected: it never ran.
+			what := r.calls[e.CallID]
+			if what == "" {
+				what = e.Tool + " " + e.CallID
+			}
+			r.print(fmt.Sprintf("✗ rejected: %s\n", what))
 		case e.ExitCode != nil:
 			mark := "✓"
 			if *e.ExitCode != 0 {
@@ -121,8 +144,15 @@ func (r *renderer) event(e agent.Event) {
 			r.print(fmt.Sprintf("  ← %s · %s\n", clip(firstLine(e.Result), 120), d))
 		}
 	case agent.EventApprovalRequested:
+		// What waits, and the id that --approve-call takes.
+		what := summarizeCall(e.Tool, e.Arguments)
+		r.calls[e.CallID] = what
 		r.newline()
-		r.print(fmt.Sprintf("? %s needs your approval: %s\n", e.Tool, e.Approval.Reason))
+		reason := ""
+		if e.Approval != nil && e.Approval.Reason != "" {
+			reason = " (" + e.Approval.Reason + ")"
+		}
+		r.print(fmt.Sprintf("? %s needs your approval%s: %s\n", e.CallID, reason, what))
 	case agent.EventRunFinished:
 		r.newline()
 		// The error itself goes to stderr, as cove's errors do; Ctrl-C

@@ -34,6 +34,12 @@ Runs an agent on a task in a sandbox made from a workspace: every command,
 its output, the files it changed and the final answer are shown as they
 happen; the changed workspace is copied to --out, or printed as a patch.
 
+A call that needs your approval is asked y/N at the terminal. When cove
+cannot ask (--json, or stdin is not a terminal) it saves the run to --state
+and exits with code 3; --resume goes on with it, in the same sandbox, with
+the flags it was started with. Ctrl-C stops the run, deletes its sandbox
+and exits with code 130.
+
 Flags:
 `
 
@@ -61,7 +67,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.StringVar(&o.out, "out", "", "copy the final workspace to this directory (default: print the changes as a patch)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the run's events as JSON lines on stdout")
 	fs.StringVar(&o.stateFile, "state", "cove-run-state.json", "where a run waiting for approval saves its state when it cannot ask (--json, or no terminal)")
-	fs.StringVar(&o.resume, "resume", "", "resume the run saved in this state file")
+	fs.StringVar(&o.resume, "resume", "", "resume the run saved in this state file, with the flags it was started with unless given again")
 	fs.Var(&o.approveCalls, "approve-call", "with --resume: approve this call id (or all); repeatable")
 	fs.Var(&o.rejectCalls, "reject-call", "with --resume: reject this call id (or all); repeatable")
 	fs.StringVar(&o.template, "template", "", "sandbox template (default host)")
@@ -77,6 +83,8 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	usageErr := func(format string, args ...any) error {
 		fmt.Fprintf(stderr, "cove run: "+format+"\n", args...)
 		fs.Usage()
@@ -94,7 +102,8 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	show := newRenderer(stdout, o.jsonOut)
 
 	// A saved run: its calls are decided first, so a wrong id fails
-	// before anything starts.
+	// before anything starts, and the flags it ran with apply again
+	// unless given anew.
 	var st *agent.RunState
 	if o.resume != "" {
 		b, err := os.ReadFile(o.resume)
@@ -107,6 +116,13 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if err := decideFromFlags(st, o.approveCalls, o.rejectCalls); err != nil {
 			return err
 		}
+		if err := o.restore(st.Meta[metaOptions], given); err != nil {
+			return fmt.Errorf("%s: %w", o.resume, err)
+		}
+		if !given["state"] {
+			o.stateFile = o.resume // a run that waits again saves over the file it came from
+		}
+		show.remember(st.Approvals)
 	}
 	policy, err := approvalPolicy(o.approve)
 	if err != nil {
@@ -172,6 +188,13 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var original string
 	if st != nil {
 		original = st.Meta[metaWorkspace]
+		if ss := st.Sandbox; ss != nil && ss.ID != "" {
+			if _, err := rt.Get(ctx, ss.ID); err == nil {
+				show.note("resuming in sandbox %s", ss.ID)
+			} else if errors.Is(err, sandbox.ErrNotFound) {
+				show.note("sandbox %s is gone; recreating it from the workspace saved in %s", ss.ID, o.resume)
+			}
+		}
 	} else {
 		if o.manifest != "" {
 			b, err := os.ReadFile(o.manifest)
@@ -234,11 +257,14 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	for err == nil && len(res.Interruptions) > 0 {
 		if !interactive {
+			if res.State.Meta == nil {
+				res.State.Meta = map[string]string{}
+			}
 			if original != "" {
-				if res.State.Meta == nil {
-					res.State.Meta = map[string]string{}
-				}
 				res.State.Meta[metaWorkspace] = original
+			}
+			if res.State.Meta[metaOptions], err = o.saved(); err != nil {
+				return err
 			}
 			b, _ := json.Marshal(res.State)
 			if werr := os.WriteFile(o.stateFile, b, 0o600); werr != nil {
@@ -353,6 +379,82 @@ func runRuntime(stateDir string) (sandbox.Runtime, bool, error) {
 // metaWorkspace is the RunState.Meta key of the host workspace directory,
 // so a run resumed in another process prints its patch against it.
 const metaWorkspace = "cove.workspace"
+
+// metaOptions is the RunState.Meta key of the flags a resume keeps.
+const metaOptions = "cove.options"
+
+// savedOptions are the flags of a run that its resume keeps unless they
+// are given again, so `cove run --resume FILE --approve-call all` goes on
+// with the same model and server, approval policy, tools, sandbox store
+// and --out. Paths are absolute: the resume may run elsewhere. The API
+// key is never saved; it comes from the environment each time.
+type savedOptions struct {
+	Model        string   `json:"model,omitempty"`
+	BaseURL      string   `json:"base_url,omitempty"`
+	API          string   `json:"api,omitempty"`
+	Approve      string   `json:"approve,omitempty"`
+	Out          string   `json:"out,omitempty"`
+	StateDir     string   `json:"state_dir,omitempty"`
+	MaxTurns     int      `json:"max_turns,omitempty"`
+	Instructions string   `json:"instructions,omitempty"`
+	Prices       string   `json:"prices,omitempty"`
+	MCP          []string `json:"mcp,omitempty"`
+	MCPURL       []string `json:"mcp_url,omitempty"`
+}
+
+// saved is the Meta value of o's savedOptions.
+func (o *runOptions) saved() (string, error) {
+	s := savedOptions{Model: o.model, BaseURL: o.baseURL, API: o.api, Approve: o.approve,
+		MaxTurns: o.maxTurns, Instructions: o.instructions, MCP: o.mcpCmds, MCPURL: o.mcpURLs}
+	var err error
+	abs := func(p string) string {
+		if p == "" || err != nil {
+			return p
+		}
+		p, err = filepath.Abs(p)
+		return p
+	}
+	s.Out, s.Prices = abs(o.out), abs(o.prices)
+	// The store the sandbox is in, wherever COVE_HOME points next time.
+	s.StateDir = abs(dataDir(o.stateDir))
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(s)
+	return string(b), err
+}
+
+// restore sets the flags not given on this command line from a saved run's
+// Meta value ("" for a state saved without one).
+func (o *runOptions) restore(meta string, given map[string]bool) error {
+	if meta == "" {
+		return nil
+	}
+	var s savedOptions
+	if err := json.Unmarshal([]byte(meta), &s); err != nil {
+		return fmt.Errorf("reading the saved flags: %v", err)
+	}
+	set := func(name string, dst *string, v string) {
+		if !given[name] && v != "" {
+			*dst = v
+		}
+	}
+	set("model", &o.model, s.Model)
+	set("base-url", &o.baseURL, s.BaseURL)
+	set("api", &o.api, s.API)
+	set("approve", &o.approve, s.Approve)
+	set("out", &o.out, s.Out)
+	set("state-dir", &o.stateDir, s.StateDir)
+	set("instructions", &o.instructions, s.Instructions)
+	set("prices", &o.prices, s.Prices)
+	if !given["max-turns"] && s.MaxTurns > 0 {
+		o.maxTurns = s.MaxTurns
+	}
+	if !given["mcp"] && !given["mcp-url"] {
+		o.mcpCmds, o.mcpURLs = s.MCP, s.MCPURL
+	}
+	return nil
+}
 
 func decideFromFlags(st *agent.RunState, approve, reject []string) error {
 	for _, id := range approve {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,48 @@ import (
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/creack/pty"
 )
+
+// With COVE_TEST_CLI=1 the test binary is cove itself, so a test can run
+// a second cove process, as a user resuming a saved run does. (The hidden
+// roles the runtime re-executes are left to TestMain.)
+func init() {
+	if os.Getenv("COVE_TEST_CLI") != "1" || len(os.Args) < 2 || isHiddenRole(os.Args[1]) {
+		return
+	}
+	// As cmd/cove/main.go does.
+	err := Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	if Reportable(err) {
+		fmt.Fprintln(os.Stderr, "cove:", err)
+	}
+	os.Exit(ExitCode(err))
+}
+
+func isHiddenRole(arg string) bool {
+	return arg == "guest" || arg == "local-shim" || arg == "local-init"
+}
+
+// coveProcess runs cove in a new process and returns its output and exit
+// code.
+func coveProcess(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	// A race-enabled process sleeps a second at exit for late reports;
+	// these need not.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), "COVE_TEST_CLI=1", "GORACE="+gorace)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("cove %s: %v", strings.Join(args, " "), err)
+	}
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
 
 // runHome makes a Cove state directory for one test; the sandboxes left
 // in it are deleted at the end.
@@ -199,6 +243,17 @@ func output(evs []agent.Event, callID string) string {
 	return b.String()
 }
 
+// notes are the texts of the CLI's own lines in --json output.
+func notes(evs []agent.Event) string {
+	var b strings.Builder
+	for _, e := range evs {
+		if e.Type == "note" {
+			b.WriteString(e.Text + "\n")
+		}
+	}
+	return b.String()
+}
+
 // TestRunJSON: --json prints the run as JSON events, and --out (here the
 // workspace itself) receives the final workspace.
 func TestRunJSON(t *testing.T) {
@@ -250,6 +305,147 @@ func TestRunJSON(t *testing.T) {
 	if fi, err := os.Stat(ws); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("--out directory mode = %v (%v), want it kept at 0755", fi.Mode(), err)
 	}
+}
+
+// TestRunResume: a run that cannot ask saves its state and exits 3; a
+// second cove process decides the calls and finishes the run in the same
+// sandbox, or in one recreated from the saved workspace if it was deleted.
+func TestRunResume(t *testing.T) {
+	t.Run("approve", func(t *testing.T) {
+		home := runEnv(t)
+		ws := newWorkspace(t)
+		state := filepath.Join(t.TempDir(), "state.json")
+		srv := fake.NewServer(t,
+			// /tmp/marker is outside the workspace: only the same
+			// sandbox has it after a resume.
+			fake.Call("exec_command", `{"cmd":"echo kept > /tmp/marker; echo new > made.txt"}`),
+			fake.Call("exec_command", `{"cmd":"cat made.txt /tmp/marker"}`),
+			fake.Text("done"),
+		)
+		out, errOut, err := run(t, "run", "--json", "--approve", "all", "--state", state, "--base-url", srv.URL, "--workspace", ws, "make a file")
+		if ExitCode(err) != 3 {
+			t.Fatalf("a run waiting for approval without a terminal: exit %d (%v), want 3\n%s\n%s", ExitCode(err), err, out, errOut)
+		}
+		id := savedSandbox(t, state)
+		if left := sandboxesIn(t, home); !slices.Equal(left, []string{id}) {
+			t.Fatalf("sandboxes while waiting = %v, want the saved one %s running", left, id)
+		}
+		if evs := jsonEvents(t, out); !strings.Contains(notes(evs), id) {
+			t.Errorf("the notes do not name the sandbox %s:\n%s", id, out)
+		}
+
+		// The resumed run asks again for its next call, and saves its
+		// state to the same file.
+		out, errOut, code := coveProcess(t, "run", "--resume", state, "--approve-call", "all", "--json")
+		if code != 3 {
+			t.Fatalf("first resume: exit %d, want 3 (the next call waits too)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		if got := savedSandbox(t, state); got != id {
+			t.Errorf("the resumed run saved sandbox %s, want %s reattached", got, id)
+		}
+		out, errOut, code = coveProcess(t, "run", "--resume", state, "--approve-call", "call_2", "--json")
+		if code != 0 {
+			t.Fatalf("second resume: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		evs := jsonEvents(t, out)
+		if !strings.Contains(notes(evs), "resuming in sandbox "+id) {
+			t.Errorf("the resumed run does not say it reattached %s:\n%s", id, out)
+		}
+		if got := output(evs, "call_2"); got != "new\nkept\n" {
+			t.Errorf("the approved command printed %q, want the file and the marker of the same sandbox", got)
+		}
+		if got := evs[len(evs)-1]; got.Type != agent.EventRunFinished || got.Output != "done" {
+			t.Errorf("last event %+v, want run_finished with the answer", got)
+		}
+		if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the state file of a finished run is still there: %v", err)
+		}
+		if left := sandboxesIn(t, home); len(left) > 0 {
+			t.Errorf("sandboxes left after the run: %v", left)
+		}
+	})
+
+	t.Run("reject", func(t *testing.T) {
+		runEnv(t)
+		ws := newWorkspace(t)
+		state := filepath.Join(t.TempDir(), "state.json")
+		srv := fake.NewServer(t,
+			fake.Call("exec_command", `{"cmd":"rm notes.txt"}`),
+			fake.Text("ok, I left it"),
+		)
+		out, _, err := run(t, "run", "--approve", "all", "--state", state, "--base-url", srv.URL, "--workspace", ws, "remove the notes")
+		if ExitCode(err) != 3 || Reportable(err) {
+			t.Fatalf("exit %d (%v), want 3", ExitCode(err), err)
+		}
+		// The user sees what waits, its id and how to go on.
+		for _, s := range []string{"? call_1 needs your approval", ": $ rm notes.txt\n", "cove run --resume " + state} {
+			if !strings.Contains(out, s) {
+				t.Errorf("stdout of a run waiting for approval lacks %q:\n%s", s, out)
+			}
+		}
+		out, errOut, code := coveProcess(t, "run", "--resume", state, "--reject-call", "all")
+		if code != 0 {
+			t.Fatalf("resume: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		reqs := srv.Requests()
+		got, ok := reqs[len(reqs)-1].ToolOutput("call_1")
+		if !ok || !strings.Contains(got, "rejected") {
+			t.Errorf("the model got %q (%v) for the rejected call, want the rejection", got, ok)
+		}
+		if !strings.Contains(out, "✗ rejected: $ rm notes.txt\n") || !strings.Contains(out, "no files changed") {
+			t.Errorf("stdout after a rejected rm:\n%s\nwant the rejection shown and no changes", out)
+		}
+	})
+
+	t.Run("recreated", func(t *testing.T) {
+		home := runEnv(t)
+		ws := newWorkspace(t)
+		state := filepath.Join(t.TempDir(), "state.json")
+		srv := fake.NewServer(t,
+			fake.Call("exec_command", `{"cmd":"echo kept > /tmp/marker; echo new > made.txt"}`),
+			fake.Call("exec_command", `{"cmd":"rm -r scratch; cat made.txt; cat /tmp/marker"}`),
+			fake.Text("done"),
+		)
+		_, _, err := run(t, "run", "--json", "--state", state, "--base-url", srv.URL, "--workspace", ws, "tidy up")
+		if ExitCode(err) != 3 {
+			t.Fatalf("exit %d (%v), want 3: rm -r waits for approval", ExitCode(err), err)
+		}
+		id := savedSandbox(t, state)
+		if _, errOut, err := run(t, "sandbox", "rm", "-f", id); err != nil {
+			t.Fatalf("sandbox rm: %v %s", err, errOut)
+		}
+		out, errOut, code := coveProcess(t, "run", "--resume", state, "--approve-call", "all")
+		if code != 0 {
+			t.Fatalf("resume: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		if !strings.Contains(out, "sandbox "+id+" is gone; recreating it") {
+			t.Errorf("the resumed run does not say it recreated %s:\n%s", id, out)
+		}
+		if !strings.Contains(out, "new\n") || strings.Contains(out, "kept\n") {
+			t.Errorf("the approved command, in a sandbox recreated from the snapshot, should see made.txt and not /tmp/marker:\n%s", out)
+		}
+		for _, s := range []string{"+++ b/made.txt", "+new", "--- a/scratch/xy"} {
+			if !strings.Contains(out, s) {
+				t.Errorf("the patch after the resume lacks %q:\n%s", s, out)
+			}
+		}
+		if left := sandboxesIn(t, home); len(left) > 0 {
+			t.Errorf("sandboxes left after the run: %v", left)
+		}
+	})
+}
+
+// savedSandbox is the id of the sandbox in a saved run state.
+func savedSandbox(t *testing.T, path string) string {
+	t.Helper()
+	st, err := agent.ParseRunState([]byte(readFile(t, path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sandbox == nil || st.Sandbox.ID == "" {
+		t.Fatalf("the saved state names no sandbox")
+	}
+	return st.Sandbox.ID
 }
 
 func TestRunErrors(t *testing.T) {
