@@ -44,7 +44,7 @@ type ApprovalPolicy func(ctx context.Context, req ApprovalRequest) (reason strin
 
 // ApproveAll asks for every tool call.
 func ApproveAll(context.Context, ApprovalRequest) (string, bool) {
-	return "every tool call is approved by you", true
+	return "every tool call waits for your approval", true
 }
 
 // ApproveTools asks for calls of the named tools only.
