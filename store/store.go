@@ -1,0 +1,185 @@
+// Package store is the Cove server's record of truth: teams, API keys,
+// sandboxes, snapshots, exposed ports and usage. It holds the types and
+// the Store interface; store/sqlite implements it (and a PostgreSQL
+// implementation can later). Errors wrap the sandbox package's sentinels
+// (sandbox.ErrNotFound, sandbox.ErrExist, sandbox.ErrInvalid) so the API
+// maps them to HTTP statuses in one place.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// Team owns API keys and sandboxes; nothing of one team is visible to
+// another.
+type Team struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Quota     Quota     `json:"quota"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Quota caps what a team may run at once. Zero means unlimited.
+type Quota struct {
+	Sandboxes   int     `json:"sandboxes,omitempty"`    // running sandboxes
+	CPUs        float64 `json:"cpus,omitempty"`         // total CPUs of running sandboxes
+	MemoryBytes int64   `json:"memory_bytes,omitempty"` // total memory of running sandboxes
+}
+
+// APIKey authenticates a caller as its team. Only a hash of the secret
+// is stored; the secret is shown once when the key is made.
+type APIKey struct {
+	ID     string `json:"id"`
+	TeamID string `json:"team_id"`
+	Name   string `json:"name"`
+	// Prefix is the start of the secret ("cove_ab12"), to tell keys apart.
+	Prefix string `json:"prefix"`
+	// Hash is the SHA-256 of the secret, hex.
+	Hash string `json:"-"`
+	// Admin keys may manage teams and keys.
+	Admin      bool       `json:"admin,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Sandbox states as the store records them. A sandbox the runtime lost
+// (its supervisor died) is recorded stopped.
+const (
+	StateRunning = string(sandbox.StateRunning)
+	StateStopped = string(sandbox.StateStopped)
+)
+
+// Expiry actions: what happens when a sandbox's TTL or idle timeout
+// passes.
+const (
+	ExpireStop   = "stop"   // stop, keep the disk (resume later)
+	ExpireDelete = "delete" // delete everything
+)
+
+// Sandbox is the server's record of one sandbox.
+type Sandbox struct {
+	ID     string       `json:"id"`
+	TeamID string       `json:"team_id"`
+	Spec   sandbox.Spec `json:"spec"`
+	State  string       `json:"state"`
+	// Size is the preset it was made with ("small", ...), or "".
+	Size      string    `json:"size,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// StartedAt is when it last started (create or resume).
+	StartedAt time.Time `json:"started_at"`
+	// StoppedAt is when it last stopped (zero while running).
+	StoppedAt time.Time `json:"stopped_at,omitempty"`
+	// Deadline is when its TTL ends (zero: none).
+	Deadline time.Time `json:"deadline,omitempty"`
+	// IdleTimeout stops or deletes it after this long without activity.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// OnExpire is ExpireStop or ExpireDelete.
+	OnExpire string `json:"on_expire"`
+	// LastActivity is the last exec, stream, file operation or port
+	// connection (not status polling).
+	LastActivity time.Time `json:"last_activity"`
+}
+
+// SandboxFilter selects sandboxes of one team.
+type SandboxFilter struct {
+	TeamID string
+	// State, when set, keeps only sandboxes in that state.
+	State string
+	// Labels keeps only sandboxes whose Spec.Labels has every pair.
+	Labels map[string]string
+	// After is a cursor: the id of the last sandbox of the previous page
+	// (sandboxes are listed by creation, then id).
+	After string
+	// Limit caps the page; 0 means 100.
+	Limit int
+}
+
+// Snapshot is a saved workspace (a tar file the server keeps).
+type Snapshot struct {
+	ID        string    `json:"id"`
+	TeamID    string    `json:"team_id"`
+	SandboxID string    `json:"sandbox_id"`
+	Size      int64     `json:"size"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Port is a sandbox port exposed through the server's proxy.
+type Port struct {
+	SandboxID string `json:"sandbox_id"`
+	Port      int    `json:"port"`
+	// Public ports need no token.
+	Public bool `json:"public"`
+	// Token must come with requests to a private port.
+	Token     string    `json:"-"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Usage is metered use of one sandbox over [Start, End).
+type Usage struct {
+	TeamID        string    `json:"team_id"`
+	SandboxID     string    `json:"sandbox_id"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	CPUSeconds    float64   `json:"cpu_seconds"`     // CPU time used while running
+	MemoryGiBSecs float64   `json:"memory_gib_secs"` // memory limit (GiB) x running seconds
+	DiskGiBHours  float64   `json:"disk_gib_hours"`  // disk kept while stopped
+	BytesIn       int64     `json:"bytes_in"`        // bytes into the sandbox through the API
+	BytesOut      int64     `json:"bytes_out"`
+}
+
+// Store keeps the server's records. Implementations are safe for
+// concurrent use and survive a crash at any point without losing a
+// committed write.
+type Store interface {
+	// CreateTeam adds a team. ErrExist if the id is taken.
+	CreateTeam(ctx context.Context, t Team) error
+	GetTeam(ctx context.Context, id string) (Team, error)
+	ListTeams(ctx context.Context) ([]Team, error)
+	SetQuota(ctx context.Context, teamID string, q Quota) error
+
+	// CreateKey adds a key. ErrNotFound if its team does not exist.
+	CreateKey(ctx context.Context, k APIKey) error
+	// KeyByHash finds an unrevoked key by the hash of its secret, and
+	// records its use. ErrNotFound when there is none.
+	KeyByHash(ctx context.Context, hash string) (APIKey, error)
+	// ListKeys lists a team's keys ("" lists all), revoked ones too.
+	ListKeys(ctx context.Context, teamID string) ([]APIKey, error)
+	// RevokeKey revokes a key of the team ("" for any team).
+	RevokeKey(ctx context.Context, teamID, id string) error
+
+	// PutSandbox creates or replaces a sandbox record.
+	PutSandbox(ctx context.Context, s Sandbox) error
+	// GetSandbox returns a sandbox of the team ("" for any team):
+	// ErrNotFound also when it belongs to another team.
+	GetSandbox(ctx context.Context, teamID, id string) (Sandbox, error)
+	// ListSandboxes returns a page of sandboxes and the cursor of the
+	// next page ("" at the end). An empty TeamID lists every team's.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, string, error)
+	// TouchSandbox records activity at t.
+	TouchSandbox(ctx context.Context, id string, t time.Time) error
+	// DeleteSandbox removes the record (and its ports). ErrNotFound if
+	// none.
+	DeleteSandbox(ctx context.Context, id string) error
+
+	PutSnapshot(ctx context.Context, s Snapshot) error
+	GetSnapshot(ctx context.Context, teamID, id string) (Snapshot, error)
+	ListSnapshots(ctx context.Context, teamID string) ([]Snapshot, error)
+	DeleteSnapshot(ctx context.Context, teamID, id string) error
+
+	// PutPort exposes (or updates) a port of a sandbox.
+	PutPort(ctx context.Context, p Port) error
+	GetPort(ctx context.Context, sandboxID string, port int) (Port, error)
+	ListPorts(ctx context.Context, sandboxID string) ([]Port, error)
+	DeletePort(ctx context.Context, sandboxID string, port int) error
+
+	// AddUsage records a metered interval.
+	AddUsage(ctx context.Context, u Usage) error
+	// UsageByTeam sums a team's usage per sandbox over [from, to).
+	UsageByTeam(ctx context.Context, teamID string, from, to time.Time) ([]Usage, error)
+
+	Close() error
+}
