@@ -328,6 +328,15 @@ type Forker interface {
 	Fork(ctx context.Context, id string) (Session, error)
 }
 
+// Deadliner is a Runtime whose sandboxes' TTL can be moved after
+// creation; the runtime enforces it even when nothing else runs.
+type Deadliner interface {
+	// SetDeadline makes sandbox id stop at t (the zero time: never),
+	// running or stopped. A stopped sandbox whose deadline is cleared or
+	// moved into the future can be resumed. ErrNotFound if unknown.
+	SetDeadline(ctx context.Context, id string, t time.Time) error
+}
+
 // Archiver is a Session that moves whole directories as tar streams, in
 // one request instead of one per file.
 type Archiver interface {

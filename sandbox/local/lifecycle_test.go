@@ -1,6 +1,7 @@
 package local
 
 import (
+	"errors"
 	"context"
 	"os"
 	"strings"
@@ -125,5 +126,58 @@ func TestTTLStopsIdleSandbox(t *testing.T) {
 	data, err := os.ReadFile(st.Init.Upper + "/workspace/kept.txt")
 	if err != nil || string(data) != "kept" {
 		t.Errorf("disk after the TTL: %q %v", data, err)
+	}
+}
+
+// TestSetDeadline: a running sandbox's TTL moves (the supervisor
+// re-reads it), and a sandbox the TTL stopped resumes once its deadline
+// is cleared, with a fresh TTL and its disk.
+func TestSetDeadline(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	s.WriteFile(ctx, "kept.txt", strings.NewReader("kept"), 0o644)
+	if err := rt.SetDeadline(ctx, s.ID(), time.Now().Add(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := readState(rt.dir(s.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Info.State == sandbox.StateStopped {
+			if st.StopReason != "ttl" {
+				t.Errorf("stop reason %q, want ttl", st.StopReason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the moved TTL did not stop the sandbox within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := rt.SetDeadline(ctx, s.ID(), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := rt.Resume(ctx, s.ID())
+	if err != nil {
+		t.Fatalf("resume after clearing the deadline: %v", err)
+	}
+	rc, err := s2.ReadFile(ctx, "kept.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	st, _ := readState(rt.dir(s.ID()))
+	if until := time.Until(st.Deadline); until < 50*time.Minute {
+		t.Errorf("deadline after resume is %v away, want a fresh hour", until)
+	}
+	if err := rt.SetDeadline(ctx, "sb-nope", time.Time{}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
 	}
 }

@@ -32,6 +32,13 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	dir := args[1]
 	initCmd := args[2:]
+	// Catch the signals first: the runtime may send SIGHUP (a new TTL)
+	// as soon as the sandbox answers, before the loop below runs, and an
+	// uncaught SIGHUP would end the supervisor.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	// Pdeathsig fires when the forking *thread* ends: fork from the main
 	// thread, locked for the supervisor's whole life.
 	runtime.LockOSThread()
@@ -143,12 +150,8 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	// SIGHUP: the state changed (a pooled sandbox was claimed and given a
-	// TTL): read the deadline again.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	// SIGHUP (hup): the state changed (a pooled sandbox was claimed and
+	// given a TTL, or the TTL moved): read the deadline again.
 	ttlTimer := time.NewTimer(time.Hour)
 	ttlTimer.Stop()
 	defer ttlTimer.Stop()
