@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/store"
+)
+
+// KeyPrefix starts every API key, so a leaked one is easy to find.
+const KeyPrefix = "cove_"
+
+// AdminTeam is the team of the first admin key.
+const AdminTeam = "admin"
+
+// caller is who made a request: a key and its team.
+type caller struct {
+	key  store.APIKey
+	team string
+}
+
+// NewKeySecret returns a new API key secret and the hash stored for it.
+func NewKeySecret() (secret, hash string) {
+	b := make([]byte, 24)
+	rand.Read(b)
+	secret = KeyPrefix + hex.EncodeToString(b)
+	return secret, HashKey(secret)
+}
+
+// HashKey is what the store keeps of a secret.
+func HashKey(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// keyFrom reads the key of a request: "Authorization: Bearer cove_...",
+// or X-API-Key as E2B's clients send it.
+func keyFrom(r *http.Request) string {
+	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(v)
+	}
+	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+}
+
+// authed wraps a handler with API key authentication.
+func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret := keyFrom(r)
+		if secret == "" {
+			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "no API key: send Authorization: Bearer cove_... (cove key create makes one)")
+			return
+		}
+		if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 128 {
+			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "that is not a Cove API key (they start with cove_)")
+			return
+		}
+		k, err := s.cfg.Store.KeyByHash(r.Context(), HashKey(secret))
+		if errors.Is(err, sandbox.ErrNotFound) {
+			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "unknown or revoked API key")
+			return
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h(w, r, &caller{key: k, team: k.TeamID})
+	})
+}
+
+// EnsureAdmin makes the admin team and its first key when the store has
+// no key at all, and returns the secret to show once ("" otherwise).
+func (s *Server) EnsureAdmin(ctx context.Context) (string, error) {
+	keys, err := s.cfg.Store.ListKeys(ctx, "")
+	if err != nil {
+		return "", err
+	}
+	if len(keys) > 0 {
+		return "", nil
+	}
+	if _, err := s.cfg.Store.GetTeam(ctx, AdminTeam); errors.Is(err, sandbox.ErrNotFound) {
+		if err := s.cfg.Store.CreateTeam(ctx, store.Team{ID: AdminTeam, Name: "admin", CreatedAt: s.cfg.Now()}); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	secret, hash := NewKeySecret()
+	k := store.APIKey{ID: newID("key-"), TeamID: AdminTeam, Name: "admin", Prefix: secret[:len(KeyPrefix)+6], Hash: hash, Admin: true, CreatedAt: s.cfg.Now()}
+	if err := s.cfg.Store.CreateKey(ctx, k); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+func (s *Server) keyRoutes() {
+	s.handle("POST /v1/keys", s.createKey)
+	s.handle("GET /v1/keys", s.listKeys)
+	s.handle("DELETE /v1/keys/{id}", s.revokeKey)
+}
+
+func keyView(k store.APIKey) api.Key {
+	return api.Key{ID: k.ID, Name: k.Name, Team: k.TeamID, Prefix: k.Prefix, Admin: k.Admin, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+}
+
+// createKey makes a key for the caller's team; an admin may make one for
+// another or a new team, or an admin key.
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
+	var req api.CreateKey
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if strings.TrimSpace(req.Name) == "" || len(req.Name) > 100 {
+		writeError(w, r, http.StatusBadRequest, api.CodeInvalid, "name: give the key a name of 1 to 100 characters")
+		return
+	}
+	team := c.team
+	if req.Team != "" || req.NewTeam != "" || req.Admin {
+		if !c.key.Admin {
+			writeError(w, r, http.StatusForbidden, api.CodeForbidden, "only an admin key may make keys for other teams, new teams or admin keys")
+			return
+		}
+	}
+	switch {
+	case req.NewTeam != "":
+		if !validName(req.NewTeam) {
+			writeError(w, r, http.StatusBadRequest, api.CodeInvalid, "new_team: use 1 to 63 lower-case letters, digits and '-'")
+			return
+		}
+		if err := s.cfg.Store.CreateTeam(r.Context(), store.Team{ID: req.NewTeam, Name: req.NewTeam, CreatedAt: s.cfg.Now()}); err != nil {
+			s.fail(w, r, fmt.Errorf("creating team %q: %w", req.NewTeam, err))
+			return
+		}
+		team = req.NewTeam
+	case req.Team != "":
+		if _, err := s.cfg.Store.GetTeam(r.Context(), req.Team); err != nil {
+			s.fail(w, r, fmt.Errorf("team %q: %w", req.Team, err))
+			return
+		}
+		team = req.Team
+	}
+	secret, hash := NewKeySecret()
+	k := store.APIKey{ID: newID("key-"), TeamID: team, Name: req.Name, Prefix: secret[:len(KeyPrefix)+6], Hash: hash, Admin: req.Admin, CreatedAt: s.cfg.Now()}
+	if err := s.cfg.Store.CreateKey(r.Context(), k); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := keyView(k)
+	v.Secret = secret
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request, c *caller) {
+	team := c.team
+	if c.key.Admin && r.URL.Query().Get("all") == "true" {
+		team = ""
+	}
+	keys, err := s.cfg.Store.ListKeys(r.Context(), team)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]api.Key, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, keyView(k))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+}
+
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *caller) {
+	team := c.team
+	if c.key.Admin {
+		team = ""
+	}
+	if err := s.cfg.Store.RevokeKey(r.Context(), team, r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,4 @@
+package server
+
+// guestRoutes: the sandbox daemon's own API through the server. (Being written.)
+func (s *Server) guestRoutes() {}

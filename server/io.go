@@ -1,0 +1,4 @@
+package server
+
+// ioRoutes: exec streams, processes, files, tar. (Being written.)
+func (s *Server) ioRoutes() {}

@@ -1,0 +1,388 @@
+// Package server is `cove serve`: a multi-tenant sandbox service over one
+// sandbox.Runtime and one store.Store. It serves the /v1 JSON API (API
+// keys per team, sandboxes, exec streams, files, snapshots, exposed ports,
+// usage), proxies HTTP and WebSocket traffic to ports inside sandboxes,
+// enforces lifecycle policies (TTL, idle timeout, retention) and meters
+// use. The store is the truth: a restarted server picks up where it was.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/store"
+)
+
+// Config configures a Server. Zero values mean the defaults.
+type Config struct {
+	Runtime sandbox.Runtime
+	Store   store.Store
+	// DataDir holds what the store does not: snapshot tars.
+	DataDir string
+	// Domain, when set, makes ports reachable as {port}-{id}.{Domain}
+	// (wildcard DNS to this server).
+	Domain string
+	// BaseURL is how clients reach this server ("http://127.0.0.1:7300"),
+	// for the URLs the API returns.
+	BaseURL string
+	Logger  *slog.Logger
+	// DefaultTTL applies when a create names none (30 min); MaxTTL caps
+	// any TTL (7 days).
+	DefaultTTL, MaxTTL time.Duration
+	// Retention deletes stopped sandboxes this long after they stopped
+	// (7 days); negative keeps them.
+	Retention time.Duration
+	// MaxBodyBytes caps JSON request bodies (1 MiB); MaxUploadBytes caps
+	// file and tar uploads (1 GiB).
+	MaxBodyBytes, MaxUploadBytes int64
+	// Prices turn usage into cost in GET /v1/usage.
+	Prices Prices
+	// Now is the clock (tests move it).
+	Now func() time.Time
+}
+
+// Prices are USD per unit of metered use.
+type Prices struct {
+	CPUSecond    float64 `json:"cpu_second"`
+	MemoryGiBSec float64 `json:"memory_gib_second"`
+	DiskGiBHour  float64 `json:"disk_gib_hour"`
+	EgressGiB    float64 `json:"egress_gib"`
+}
+
+// DefaultPrices are in the range of hosted sandbox providers' list prices
+// (per vCPU-second and GiB-second), for a self-hoster to replace with
+// their own costs.
+var DefaultPrices = Prices{CPUSecond: 0.000014, MemoryGiBSec: 0.0000045, DiskGiBHour: 0.0001, EgressGiB: 0.05}
+
+// Server is the HTTP service. Create it with New, serve Handler, call
+// Start for the background loops and Close at the end.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+
+	// mu guards active (open streams and connections per sandbox) and
+	// traffic (bytes in and out per sandbox since the last meter).
+	mu      sync.Mutex
+	active  map[string]int
+	traffic map[string]*traffic
+
+	// createMu serialises quota checks with the creates they admit.
+	createMu sync.Mutex
+
+	metrics *metrics
+	done    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+}
+
+type traffic struct{ in, out atomic.Int64 }
+
+// New returns a server; it does nothing until served.
+func New(cfg Config) (*Server, error) {
+	if cfg.Runtime == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("server: a runtime and a store are required: %w", sandbox.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = 30 * time.Minute
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = 7 * 24 * time.Hour
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = 1 << 30
+	}
+	if cfg.Prices == (Prices{}) {
+		cfg.Prices = DefaultPrices
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
+		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{})}
+	s.routes()
+	return s, nil
+}
+
+// routes registers every endpoint. Each group lives in its own file.
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	s.mux.HandleFunc("GET /openapi.json", s.openapi)
+	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.keyRoutes()
+	s.sandboxRoutes()
+	s.ioRoutes()
+	s.snapshotRoutes()
+	s.portRoutes()
+	s.usageRoutes()
+	s.guestRoutes()
+}
+
+// handle registers an authenticated API endpoint.
+func (s *Server) handle(pattern string, h func(w http.ResponseWriter, r *http.Request, c *caller)) {
+	s.mux.Handle(pattern, s.authed(h))
+}
+
+// Handler is the server's HTTP handler: request ids, access logs, panics
+// turned into 500s, port proxying by host name, then the routes.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 64 {
+			id = newID("req-")
+		}
+		w.Header().Set("X-Request-Id", id)
+		r = r.WithContext(context.WithValue(r.Context(), reqIDKey{}, id))
+		start := s.cfg.Now()
+		rec := &statusWriter{ResponseWriter: w, status: 200}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("panic", "request_id", id, "method", r.Method, "path", r.URL.Path, "panic", p)
+				if !rec.wrote {
+					writeError(rec, r, http.StatusInternalServerError, api.CodeInternal, "internal error; quote request id "+id)
+				}
+			}
+			s.metrics.request(r, rec.status, time.Since(start))
+			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+		}()
+		if s.servePortByHost(rec, r) {
+			return
+		}
+		s.mux.ServeHTTP(rec, r)
+	})
+}
+
+type reqIDKey struct{}
+
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(reqIDKey{}).(string)
+	return id
+}
+
+// statusWriter records the status for logs and metrics, and passes
+// through Flush and Hijack (streams, WebSockets, port tunnels).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Start runs the background loops: lifecycle policies and metering.
+// Reconcile should have run first.
+func (s *Server) Start() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.lifecycleLoop()
+	}()
+}
+
+// Close stops the background loops. Sandboxes keep running: their
+// supervisors outlive the server, and a new server picks them up.
+func (s *Server) Close() error {
+	if s.closed.CompareAndSwap(false, true) {
+		close(s.done)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// writeError writes the {code, message, request_id} body.
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	writeJSON(w, status, api.Error{Code: code, Message: msg, RequestID: requestID(r)})
+}
+
+// fail maps an error to its status: the sandbox sentinels to 4xx with
+// their message (it says what was wrong), anything else to a 500 whose
+// message is only the request id (the cause goes to the log).
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := statusOf(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error; quote request id " + requestID(r)
+	}
+	writeError(w, r, status, code, msg)
+}
+
+func statusOf(err error) (int, string) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
+	case errors.Is(err, errQuota):
+		return http.StatusTooManyRequests, api.CodeLimit
+	case errors.Is(err, sandbox.ErrInvalid):
+		return http.StatusBadRequest, api.CodeInvalid
+	case errors.Is(err, sandbox.ErrNotFound):
+		return http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, sandbox.ErrExist):
+		return http.StatusConflict, api.CodeExists
+	case errors.Is(err, sandbox.ErrState):
+		return http.StatusConflict, api.CodeState
+	case errors.Is(err, sandbox.ErrLimit):
+		return http.StatusTooManyRequests, api.CodeLimit
+	case errors.Is(err, sandbox.ErrPermission):
+		return http.StatusForbidden, api.CodeForbidden
+	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, api.CodeUnavailable
+	}
+	return http.StatusInternalServerError, api.CodeInternal
+}
+
+var errQuota = errors.New("quota exceeded")
+
+// decode reads a JSON body strictly: unknown fields, trailing data, wrong
+// types and bodies over the limit are 4xx errors that say what to fix.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON object")
+	}
+	if err == nil {
+		return true
+	}
+	var mbe *http.MaxBytesError
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &mbe):
+		writeError(w, r, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
+		return false
+	case errors.Is(err, io.EOF):
+		msg = "the request body is empty; send a JSON object"
+	case errors.As(err, &te):
+		msg = fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
+	case errors.As(err, &se):
+		msg = fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+	case strings.HasPrefix(msg, "json: unknown field "):
+		msg = "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + "; see /openapi.json"
+	}
+	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, msg)
+	return false
+}
+
+// newID returns prefix + 12 random hex digits.
+func newID(prefix string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// begin records an open stream or connection to a sandbox: it counts as
+// activity for the idle timeout until end is called.
+func (s *Server) begin(id string) (end func()) {
+	s.mu.Lock()
+	s.active[id]++
+	s.mu.Unlock()
+	s.touch(id)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.active[id]--; s.active[id] <= 0 {
+				delete(s.active, id)
+			}
+			s.mu.Unlock()
+			s.touch(id)
+		})
+	}
+}
+
+func (s *Server) busy(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active[id] > 0
+}
+
+// touch records activity on a sandbox now.
+func (s *Server) touch(id string) {
+	if err := s.cfg.Store.TouchSandbox(context.Background(), id, s.cfg.Now()); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		s.log.Warn("recording activity", "sandbox", id, "err", err)
+	}
+}
+
+// countIn and countOut meter bytes through the API and the proxy.
+func (s *Server) countIn(id string, n int64)  { s.trafficOf(id).in.Add(n) }
+func (s *Server) countOut(id string, n int64) { s.trafficOf(id).out.Add(n) }
+
+func (s *Server) trafficOf(id string) *traffic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.traffic[id]
+	if t == nil {
+		t = &traffic{}
+		s.traffic[id] = t
+	}
+	return t
+}
+
+// takeTraffic returns and resets a sandbox's byte counts.
+func (s *Server) takeTraffic(id string) (in, out int64) {
+	s.mu.Lock()
+	t := s.traffic[id]
+	s.mu.Unlock()
+	if t == nil {
+		return 0, 0
+	}
+	return t.in.Swap(0), t.out.Swap(0)
+}

@@ -1,0 +1,4 @@
+package server
+
+// snapshotRoutes: workspace snapshots. (Being written.)
+func (s *Server) snapshotRoutes() {}
