@@ -310,6 +310,8 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	case errors.Is(err, io.EOF):
 		msg = "the request body is empty; send a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "malformed JSON: the body ends before the object does"
 	case errors.As(err, &te):
 		msg = fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
 	case errors.As(err, &se):

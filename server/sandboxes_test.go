@@ -1,0 +1,110 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+func TestSandboxLifecycleAPI(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "alpha")
+	sb := ts.create(t, key, api.CreateSandbox{Labels: map[string]string{"app": "web"}, TTLSeconds: 600})
+	if sb.State != "running" || sb.Labels["app"] != "web" || sb.Deadline == nil || sb.CPUs != 1 {
+		t.Errorf("created %+v", sb)
+	}
+	var got api.Sandbox
+	ts.must(t, 200, "GET", "/v1/sandboxes/"+sb.ID, key, nil, &got)
+	if got.ID != sb.ID {
+		t.Errorf("get: %+v", got)
+	}
+	ts.must(t, 200, "POST", "/v1/sandboxes/"+sb.ID+"/stop", key, nil, &got)
+	if got.State != "stopped" || got.StoppedAt == nil {
+		t.Errorf("after stop: %+v", got)
+	}
+	var list api.SandboxList
+	ts.must(t, 200, "GET", "/v1/sandboxes?state=stopped&label=app=web", key, nil, &list)
+	if len(list.Sandboxes) != 1 {
+		t.Errorf("list stopped: %+v", list)
+	}
+	ts.must(t, 200, "POST", "/v1/sandboxes/"+sb.ID+"/resume", key, nil, &got)
+	if got.State != "running" {
+		t.Errorf("after resume: %+v", got)
+	}
+	ts.must(t, 200, "POST", "/v1/sandboxes/"+sb.ID+"/ttl", key, api.SetTTL{TTLSeconds: 3600}, &got)
+	if got.Deadline == nil || got.Deadline.Sub(*sb.Deadline) < 2900e9 {
+		t.Errorf("ttl not moved: %v -> %v", sb.Deadline, got.Deadline)
+	}
+	var fork api.Sandbox
+	ts.must(t, 201, "POST", "/v1/sandboxes/"+sb.ID+"/fork", key, nil, &fork)
+	if fork.ID == sb.ID || fork.Labels["app"] != "web" {
+		t.Errorf("fork: %+v", fork)
+	}
+	ts.must(t, 204, "DELETE", "/v1/sandboxes/"+sb.ID, key, nil, nil)
+	code, data := ts.call(t, "GET", "/v1/sandboxes/"+sb.ID, key, nil)
+	if code != 404 || apiError(t, data).Code != api.CodeNotFound {
+		t.Errorf("get after delete: %d %s", code, data)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	for _, key := range []string{"", "sk-wrong", "cove_0000"} {
+		code, data := ts.call(t, "GET", "/v1/sandboxes", key, nil)
+		if code != http.StatusUnauthorized || apiError(t, data).Code != api.CodeUnauthorized {
+			t.Errorf("key %q: %d %s", key, code, data)
+		}
+	}
+	key := ts.teamKey(t, "beta")
+	code, data := ts.call(t, "POST", "/v1/keys", key, api.CreateKey{Name: "x", NewTeam: "evil"})
+	if code != http.StatusForbidden {
+		t.Errorf("non-admin making a team: %d %s", code, data)
+	}
+	var keys struct{ Keys []api.Key }
+	ts.must(t, 200, "GET", "/v1/keys", key, nil, &keys)
+	if len(keys.Keys) != 1 || keys.Keys[0].Team != "beta" || keys.Keys[0].Secret != "" {
+		t.Errorf("keys of beta: %+v", keys)
+	}
+	ts.must(t, 204, "DELETE", "/v1/keys/"+keys.Keys[0].ID, key, nil, nil)
+	if code, _ := ts.call(t, "GET", "/v1/sandboxes", key, nil); code != http.StatusUnauthorized {
+		t.Errorf("revoked key still works: %d", code)
+	}
+}
+
+func TestBadCreateInput(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "gamma")
+	for _, tc := range []struct {
+		name, body, want string
+		status         int
+	}{
+		{"malformed", `{"template":`, "malformed JSON", 400},
+		{"unknown field", `{"tempate":"host"}`, `unknown field "tempate"`, 400},
+		{"wrong type", `{"cpus":"two"}`, `field "cpus" must be float64`, 400},
+		{"negative size", `{"memory_bytes":-1}`, "must not be negative", 400},
+		{"ttl overflow", `{"ttl_seconds":9223372036854775807}`, "over the limit", 400},
+		{"negative ttl", `{"ttl_seconds":-5}`, "negative", 400},
+		{"bad size", `{"size":"huge"}`, "use small, medium or large", 400},
+		{"bad expiry", `{"on_expire":"explode"}`, "use stop", 400},
+		{"reserved label", `{"labels":{"cove.team":"admin"}}`, "may not start with cove.", 400},
+		{"bad manifest", `{"manifest":{"entries":{"../x":{"type":"file","content":"x"}}}}`, "manifest", 400},
+		{"empty", ``, "empty", 400},
+		{"trailing", `{} {}`, "after the JSON", 400},
+		{"huge", `{"template":"` + strings.Repeat("a", 2<<20) + `"}`, "over", 413},
+	} {
+		code, data := ts.call(t, "POST", "/v1/sandboxes", key, tc.body)
+		if code != tc.status || !strings.Contains(apiError(t, data).Message, tc.want) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, data, tc.status, tc.want)
+		}
+	}
+	var list api.SandboxList
+	ts.must(t, 200, "GET", "/v1/sandboxes", key, nil, &list)
+	if len(list.Sandboxes) != 0 {
+		t.Errorf("bad requests made sandboxes: %+v", list.Sandboxes)
+	}
+	if infos, _ := ts.Runtime.List(t.Context()); len(infos) != 0 {
+		t.Errorf("bad requests left runtime sandboxes: %+v", infos)
+	}
+}
