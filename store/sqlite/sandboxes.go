@@ -1,0 +1,290 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/store"
+)
+
+const sandboxCols = `id, team_id, spec, state, size, created_at, started_at, stopped_at, deadline, idle_timeout, on_expire, last_activity`
+
+// Pages of ListSandboxes.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+func scanSandbox(row scanner) (store.Sandbox, error) {
+	var sb store.Sandbox
+	var spec string
+	var created, started, stopped, deadline, active sql.NullInt64
+	var idle int64
+	if err := row.Scan(&sb.ID, &sb.TeamID, &spec, &sb.State, &sb.Size, &created, &started, &stopped, &deadline, &idle, &sb.OnExpire, &active); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
+		return store.Sandbox{}, fmt.Errorf("decoding the spec of sandbox %s: %w", sb.ID, err)
+	}
+	sb.CreatedAt = fromNanos(created)
+	sb.StartedAt = fromNanos(started)
+	sb.StoppedAt = fromNanos(stopped)
+	sb.Deadline = fromNanos(deadline)
+	sb.IdleTimeout = time.Duration(idle)
+	sb.LastActivity = fromNanos(active)
+	return sb, nil
+}
+
+func checkState(state string) error {
+	if state != store.StateRunning && state != store.StateStopped {
+		return invalid("unknown sandbox state %q (want %q or %q)", state, store.StateRunning, store.StateStopped)
+	}
+	return nil
+}
+
+func checkSandbox(sb store.Sandbox) error {
+	switch {
+	case sb.ID == "":
+		return invalid("sandbox id is empty")
+	case sb.TeamID == "":
+		return invalid("sandbox %s: team id is empty", sb.ID)
+	case sb.CreatedAt.IsZero():
+		// Pages are ordered by creation time.
+		return invalid("sandbox %s: created_at is not set", sb.ID)
+	case sb.IdleTimeout < 0:
+		return invalid("sandbox %s: negative idle timeout %v", sb.ID, sb.IdleTimeout)
+	case sb.OnExpire != "" && sb.OnExpire != store.ExpireStop && sb.OnExpire != store.ExpireDelete:
+		return invalid("sandbox %s: unknown on_expire %q (want %q or %q)", sb.ID, sb.OnExpire, store.ExpireStop, store.ExpireDelete)
+	}
+	if err := checkState(sb.State); err != nil {
+		return fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	for _, c := range []struct {
+		what string
+		t    time.Time
+	}{{"created_at", sb.CreatedAt}, {"started_at", sb.StartedAt}, {"stopped_at", sb.StoppedAt}, {"deadline", sb.Deadline}, {"last_activity", sb.LastActivity}} {
+		if err := checkTime("sandbox "+sb.ID+" "+c.what, c.t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutSandbox creates or replaces a sandbox record. ErrNotFound if its
+// team does not exist; ErrExist if the id belongs to a sandbox of
+// another team, which a record may never move to.
+func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) error {
+	if err := checkSandbox(sb); err != nil {
+		return err
+	}
+	spec, err := json.Marshal(sb.Spec)
+	if err != nil {
+		return invalid("sandbox %s: encoding its spec: %v", sb.ID, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := teamExists(ctx, tx, sb.TeamID); err != nil {
+			return err
+		}
+		// The WHERE of DO UPDATE keeps a record in its team: a put from
+		// another team changes no row.
+		res, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET
+				spec = excluded.spec, state = excluded.state, size = excluded.size,
+				created_at = excluded.created_at, started_at = excluded.started_at,
+				stopped_at = excluded.stopped_at, deadline = excluded.deadline,
+				idle_timeout = excluded.idle_timeout, on_expire = excluded.on_expire,
+				last_activity = excluded.last_activity
+			WHERE sandboxes.team_id = excluded.team_id`,
+			sb.ID, sb.TeamID, string(spec), sb.State, sb.Size, nanos(sb.CreatedAt), nanos(sb.StartedAt),
+			nanos(sb.StoppedAt), nanos(sb.Deadline), int64(sb.IdleTimeout), sb.OnExpire, nanos(sb.LastActivity))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return exists("sandbox " + sb.ID)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
+			return err
+		}
+		for k, v := range sb.Spec.Labels {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return wrap(err, "putting sandbox %s", sb.ID)
+}
+
+// GetSandbox returns a sandbox of the team ("" for any team):
+// ErrNotFound also when it belongs to another team.
+func (s *Store) GetSandbox(ctx context.Context, teamID, id string) (store.Sandbox, error) {
+	if id == "" {
+		return store.Sandbox{}, invalid("sandbox id is empty")
+	}
+	cond, args := teamClause(teamID)
+	sb, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+cond, append([]any{id}, args...)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Sandbox{}, notFound("sandbox " + id)
+	}
+	if err != nil {
+		return store.Sandbox{}, wrap(err, "getting sandbox %s", id)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns a page of sandboxes, ordered by creation time
+// then id, and the cursor of the next page ("" at the end). Limit 0
+// means 100 and is capped at 1000.
+//
+// The cursor is the id of the last sandbox of the page (the contract of
+// SandboxFilter.After), so its place is looked up; if that sandbox was
+// deleted since, or is not of f.TeamID, the call fails with ErrInvalid
+// rather than guess where the page was.
+func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, string, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.State != "" {
+		if err := checkState(f.State); err != nil {
+			return nil, "", err
+		}
+	}
+	page, next, err := s.listSandboxes(ctx, f, limit)
+	return page, next, wrap(err, "listing sandboxes")
+}
+
+func (s *Store) listSandboxes(ctx context.Context, f store.SandboxFilter, limit int) ([]store.Sandbox, string, error) {
+	// One read transaction: the cursor's place and the page come from the
+	// same snapshot.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, "", err
+	}
+	defer tx.Rollback()
+
+	var q strings.Builder
+	var args []any
+	q.WriteString(`SELECT ` + sandboxCols + ` FROM sandboxes WHERE 1`)
+	cond, targs := teamClause(f.TeamID)
+	q.WriteString(cond)
+	args = append(args, targs...)
+	if f.State != "" {
+		q.WriteString(` AND state = ?`)
+		args = append(args, f.State)
+	}
+	// Sorted so the same filter is the same statement.
+	for _, k := range slices.Sorted(maps.Keys(f.Labels)) {
+		q.WriteString(` AND id IN (SELECT sandbox_id FROM sandbox_labels WHERE key = ? AND value = ?)`)
+		args = append(args, k, f.Labels[k])
+	}
+	if f.After != "" {
+		var created int64
+		err := tx.QueryRowContext(ctx, `SELECT created_at FROM sandboxes WHERE id = ?`+cond, append([]any{f.After}, targs...)...).Scan(&created)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, "", invalid("page cursor %q is not a sandbox (any more): list again from the start", f.After)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		q.WriteString(` AND (created_at, id) > (?, ?)`)
+		args = append(args, created, f.After)
+	}
+	// One more than the page, to know whether there is a next page.
+	q.WriteString(` ORDER BY created_at, id LIMIT ?`)
+	args = append(args, limit+1)
+
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	page := []store.Sandbox{}
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		page = append(page, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	if len(page) <= limit {
+		return page, "", nil
+	}
+	page = page[:limit]
+	return page, page[limit-1].ID, nil
+}
+
+// pageLimit applies the defaults of SandboxFilter.Limit.
+func pageLimit(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalid("negative page limit %d", n)
+	case n == 0:
+		return defaultLimit, nil
+	case n > maxLimit:
+		return maxLimit, nil
+	}
+	return n, nil
+}
+
+// TouchSandbox records activity at t: ErrNotFound if there is no such
+// sandbox. It never moves LastActivity back: requests finish out of
+// order, and the idle timer must run from the latest.
+func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error {
+	switch {
+	case id == "":
+		return invalid("sandbox id is empty")
+	case t.IsZero():
+		return invalid("sandbox %s: activity time is not set", id)
+	}
+	if err := checkTime("sandbox "+id+" activity", t); err != nil {
+		return err
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ?1
+			WHERE id = ?2 AND (last_activity IS NULL OR last_activity < ?1)`, t.UnixNano(), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		// Nothing changed: a later activity is recorded, or there is no
+		// such sandbox.
+		var one int
+		err = tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, id).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("sandbox " + id)
+		}
+		return err
+	})
+	return wrap(err, "touching sandbox %s", id)
+}
+
+// DeleteSandbox removes the record with its ports and labels:
+// ErrNotFound if there is none. It takes no team, so callers acting for
+// a team check with GetSandbox first; a record never changes team
+// (PutSandbox), so the check stays true.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	if id == "" {
+		return invalid("sandbox id is empty")
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		return mustChange(res, err, "sandbox "+id)
+	})
+	return wrap(err, "deleting sandbox %s", id)
+}
