@@ -49,6 +49,8 @@ const usage = `cove runs AI agents' work in isolated Linux sandboxes.
 
 Usage:
   cove run [flags] "task"         run an agent on a task in a sandbox made from a workspace (cove run -h)
+  cove serve [flags]               run the Cove server: the /v1 API for teams' sandboxes (cove serve -h)
+  cove key create|ls|revoke        API keys on a Cove server (COVE_SERVER, COVE_API_KEY)
   cove sandbox COMMAND             create, list, exec in, copy to/from, snapshot, stop, resume, fork, rm sandboxes
   cove template build|import|ls|rm  root filesystems for sandboxes (Debian packages, OCI images)
   cove demo [-- COMMAND ARGS...]   start a sandbox, run a command in it through its daemon, print the output
@@ -91,6 +93,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return templateCmd(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runCmd(ctx, args[1:], Stdin, stdout, stderr)
+	case "serve":
+		return serveCmd(ctx, args[1:], stdout, stderr)
+	case "key":
+		return keyCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "bench":

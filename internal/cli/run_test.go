@@ -10,10 +10,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +32,9 @@ func init() {
 		return
 	}
 	// As cmd/cove/main.go does.
-	err := Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
 	if Reportable(err) {
 		fmt.Fprintln(os.Stderr, "cove:", err)
 	}

@@ -166,6 +166,21 @@ func localRuntime(stateDir string) (*local.Runtime, error) {
 	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool, Command: cmd})
 }
 
+// serverRuntime is the local runtime of `cove serve`: its sandboxes in
+// the server's data directory, templates shared with `cove template`.
+func serverRuntime(stateDir, data string) (*local.Runtime, error) {
+	dir := dataDir(stateDir)
+	store, err := template.Open(filepath.Join(dir, "templates"))
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := sandboxbin.Command(filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Command: cmd})
+}
+
 // hostprocRuntime is the unisolated fallback when the local runtime
 // cannot run here (not root).
 func hostprocRuntime(stateDir string) (*hostproc.Runtime, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -179,5 +180,52 @@ func TestSetDeadline(t *testing.T) {
 	}
 	if err := rt.SetDeadline(ctx, "sb-nope", time.Time{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCreatorKilledMidCreate: a sandbox whose creating process died
+// before the create finished (a server SIGKILLed mid-request) is deleted,
+// processes, disk and directory, by the next List.
+func TestCreatorKilledMidCreate(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{DiskBytes: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := updateState(rt.dir(s.ID()), func(st *state) error {
+		st.CreatorPID = dead.Process.Pid
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.ID == s.ID() {
+			t.Fatalf("List still shows the half-made sandbox %s", s.ID())
+		}
+	}
+	if _, err := os.Stat(rt.dir(s.ID())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its directory is still there: %v", err)
+	}
+	for _, pid := range []int{st.ShimPID, st.InitPID} {
+		for i := 0; i < 100 && sbutil.Alive(pid); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if sbutil.Alive(pid) {
+			t.Errorf("process %d of the half-made sandbox is still alive", pid)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/mounts")
+	if strings.Contains(string(mounts), s.ID()) {
+		t.Errorf("a mount of %s is left", s.ID())
 	}
 }

@@ -133,10 +133,28 @@ func (r *Runtime) load(id string) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.CreatorPID != 0 && st.CreatorPID != os.Getpid() && !sbutil.Alive(st.CreatorPID) {
+		r.log.Warn("deleting a sandbox whose creator died mid-create", "id", id, "creator", st.CreatorPID)
+		r.gcHalfMade(id, st)
+		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
+	}
 	if st.Info.State == sandbox.StateRunning && !sbutil.Alive(st.ShimPID) {
 		st, err = r.reap(id)
 	}
 	return st, err
+}
+
+// gcHalfMade removes a sandbox whose creating process died before it was
+// made: its processes, if it got as far as starting them, and its disk.
+func (r *Runtime) gcHalfMade(id string, st *state) {
+	for _, pid := range []int{st.ShimPID, st.InitPID} {
+		if sbutil.Alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if err := r.destroy(context.Background(), id); err != nil {
+		r.log.Error("deleting a half-made sandbox", "id", id, "err", err)
+	}
 }
 
 // reap cleans up after a supervisor that died: kills a leftover pid 1
@@ -216,6 +234,12 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
+	// Say who is making it before making anything, so that what a
+	// creator killed mid-way leaves is found and removed.
+	if err := writeState(dir, &state{Info: sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, CreatorPID: os.Getpid(), Pooled: pooled}); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
@@ -240,6 +264,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 			Env: env, Harden: !r.cfg.NoHarden,
 		},
 	}
+	st.CreatorPID = os.Getpid()
 	if err := writeState(dir, st); err != nil {
 		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
@@ -247,6 +272,14 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.startLocked(ctx, id, st); err != nil {
+		r.destroy(context.WithoutCancel(ctx), id)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+	}
+	st, err = updateState(dir, func(s *state) error {
+		s.CreatorPID = 0
+		return nil
+	})
+	if err != nil {
 		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
@@ -356,7 +389,18 @@ func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
 	return sbutil.ListSandboxes(r.cfg.Dir, func(id string) (sandbox.Info, bool) {
 		st, err := r.load(id)
-		if err != nil || st.Pooled {
+		if err != nil {
+			// A directory with no state at all: its creator died between
+			// making it and writing the first state (microseconds); once
+			// it is surely not in the making, it goes.
+			if fi, serr := os.Stat(r.dir(id)); serr == nil && time.Since(fi.ModTime()) > time.Minute {
+				if _, serr := os.Stat(statePath(r.dir(id))); errors.Is(serr, os.ErrNotExist) {
+					r.destroy(ctx, id)
+				}
+			}
+			return sandbox.Info{}, false
+		}
+		if st.Pooled {
 			return sandbox.Info{}, false
 		}
 		return st.Info, true

@@ -27,6 +27,10 @@ type state struct {
 	// StopReason says why the sandbox last stopped ("ttl", "stopped",
 	// "exited: ...").
 	StopReason string `json:"stop_reason,omitempty"`
+	// CreatorPID is the process still creating the sandbox (0 once it
+	// is made): if that process dies mid-create, the next List or Get
+	// deletes what it left.
+	CreatorPID int `json:"creator_pid,omitempty"`
 	// Pooled marks a sandbox started ahead of demand and not yet given
 	// out: List hides it, Create claims it.
 	Pooled bool `json:"pooled,omitempty"`

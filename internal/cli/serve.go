@@ -1,0 +1,296 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cove-sandbox/cove/server"
+	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/store/sqlite"
+)
+
+const serveUsage = `Usage: cove serve [flags]
+
+Runs the Cove server: the /v1 API for sandboxes (API keys per team,
+quotas, TTL and idle timeouts, exec streams, files, snapshots, exposed
+ports, usage), over the local runtime, with its records in SQLite in
+--data. The first start prints an admin key; keep it.
+
+Flags:
+`
+
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	addr := fs.String("addr", "127.0.0.1:7300", "address to listen on")
+	data := fs.String("data", "", "directory for the database, snapshots and sandboxes (default: Cove's state directory/server)")
+	stateDir := fs.String("state-dir", "", "Cove's state directory (templates are shared with cove template)")
+	domain := fs.String("domain", "", "domain for port URLs {port}-{id}.DOMAIN (needs wildcard DNS to this server)")
+	baseURL := fs.String("url", "", "how clients reach this server, for the URLs it returns (default http(s)://ADDR)")
+	certFile := fs.String("tls-cert", "", "TLS certificate file (PEM)")
+	keyFile := fs.String("tls-key", "", "TLS key file (PEM)")
+	logFormat := fs.String("log-format", "text", "text or json")
+	defaultTTL := fs.Duration("default-ttl", 30*time.Minute, "TTL of sandboxes whose create names none")
+	retention := fs.Duration("retention", 7*24*time.Hour, "delete stopped sandboxes this long after they stopped (0 keeps them)")
+	maxBody := fs.Int64("max-body", 1<<20, "largest JSON request body, bytes")
+	maxUpload := fs.Int64("max-upload", 1<<30, "largest file or tar upload, bytes")
+	pricesFile := fs.String("prices", "", `JSON price table for usage costs: {"cpu_second":..,"memory_gib_second":..,"disk_gib_hour":..,"egress_gib":..}`)
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "cove serve: unexpected argument %q\n", fs.Arg(0))
+		return ErrUsage
+	}
+	if (*certFile == "") != (*keyFile == "") {
+		fmt.Fprintln(stderr, "cove serve: give both --tls-cert and --tls-key, or neither")
+		return ErrUsage
+	}
+	var handler slog.Handler
+	switch *logFormat {
+	case "text":
+		handler = slog.NewTextHandler(stderr, nil)
+	case "json":
+		handler = slog.NewJSONHandler(stderr, nil)
+	default:
+		fmt.Fprintln(stderr, "cove serve: --log-format: use text or json")
+		return ErrUsage
+	}
+	log := slog.New(handler)
+	if *data == "" {
+		*data = filepath.Join(dataDir(*stateDir), "server")
+	}
+	if err := os.MkdirAll(*data, 0o700); err != nil {
+		return fmt.Errorf("creating --data %s: %w", *data, err)
+	}
+	var prices server.Prices
+	if *pricesFile != "" {
+		b, err := os.ReadFile(*pricesFile)
+		if err == nil {
+			err = json.Unmarshal(b, &prices)
+		}
+		if err != nil {
+			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
+		}
+	}
+	rt, err := serverRuntime(*stateDir, *data)
+	if err != nil {
+		return fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(*data, "cove.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	l, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *addr, err)
+	}
+	scheme := "http"
+	if *certFile != "" {
+		scheme = "https"
+	}
+	if *baseURL == "" {
+		*baseURL = scheme + "://" + l.Addr().String()
+	}
+	srv, err := server.New(server.Config{
+		Runtime: rt, Store: st, DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
+		DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
+	})
+	if err != nil {
+		l.Close()
+		return err
+	}
+	admin, err := srv.EnsureAdmin(ctx)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	if admin != "" {
+		fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\n", *baseURL, admin)
+	}
+	if err := srv.Reconcile(ctx); err != nil {
+		l.Close()
+		return err
+	}
+	srv.Start()
+	defer srv.Close()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
+	if *certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("loading the TLS certificate: %w", err)
+		}
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		l = tls.NewListener(l, hs.TLSConfig)
+	}
+	log.Info("cove server listening", "addr", l.Addr().String(), "url", *baseURL, "data", *data)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// Graceful: stop accepting, let requests finish for a while; streams
+	// still open then are cut (their sandboxes live on).
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	return nil
+}
+
+func retentionFlag(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1 // keep
+	}
+	return d
+}
+
+// keyCmd is `cove key`: API keys on a Cove server.
+func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const usage = `Usage:
+  cove key create NAME [--team T | --new-team T] [--admin]   make a key (its secret is shown once)
+  cove key ls [--all]                                         list keys (of your team; --all: every team, admin)
+  cove key revoke ID                                          revoke a key
+
+They talk to the server in COVE_SERVER with the key in COVE_API_KEY.
+`
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ErrUsage
+	}
+	c, err := apiClientFromEnv()
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "create":
+		fs := flag.NewFlagSet("key create", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		team := fs.String("team", "", "team of the key (admin)")
+		newTeam := fs.String("new-team", "", "make this team and a key for it (admin)")
+		admin := fs.Bool("admin", false, "an admin key (admin)")
+		name, rest := "", args[1:]
+		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			name, rest = rest[0], rest[1:]
+		}
+		if err := fs.Parse(rest); err != nil {
+			return ErrUsage
+		}
+		if name == "" && fs.NArg() > 0 {
+			name = fs.Arg(0)
+		}
+		if name == "" {
+			fmt.Fprint(stderr, "cove key create: name the key\n\n"+usage)
+			return ErrUsage
+		}
+		var k api.Key
+		if err := c.do(ctx, "POST", "/v1/keys", api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}, &k); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", k.Secret)
+		fmt.Fprintf(stderr, "key %s of team %s (shown once; keep it)\n", k.ID, k.Team)
+		return nil
+	case "ls", "list":
+		path := "/v1/keys"
+		if len(args) > 1 && args[1] == "--all" {
+			path += "?all=true"
+		}
+		var out struct{ Keys []api.Key }
+		if err := c.do(ctx, "GET", path, nil, &out); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tTEAM\tPREFIX\tADMIN\tCREATED\tREVOKED")
+		for _, k := range out.Keys {
+			rev := ""
+			if k.RevokedAt != nil {
+				rev = k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%v\t%s\t%s\n", k.ID, k.Name, k.Team, k.Prefix, k.Admin, k.CreatedAt.Format(time.RFC3339), rev)
+		}
+		return tw.Flush()
+	case "revoke":
+		if len(args) != 2 {
+			fmt.Fprint(stderr, "cove key revoke: give one key id\n\n"+usage)
+			return ErrUsage
+		}
+		if err := c.do(ctx, "DELETE", "/v1/keys/"+args[1], nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "revoked %s\n", args[1])
+		return nil
+	}
+	fmt.Fprintf(stderr, "cove key: unknown command %q\n\n%s", args[0], usage)
+	return ErrUsage
+}
+
+// apiClient is a small JSON client for the CLI's own API calls.
+type apiClient struct {
+	url, key string
+	http     *http.Client
+}
+
+func apiClientFromEnv() (*apiClient, error) {
+	u, k := os.Getenv("COVE_SERVER"), os.Getenv("COVE_API_KEY")
+	if u == "" || k == "" {
+		return nil, errors.New("set COVE_SERVER (the server's URL) and COVE_API_KEY (cove serve prints the first admin key)")
+	}
+	return &apiClient{url: strings.TrimSuffix(u, "/"), key: k, http: http.DefaultClient}, nil
+}
+
+func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the Cove server at %s: %v", c.url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if resp.StatusCode >= 300 {
+		var e api.Error
+		if json.Unmarshal(data, &e) == nil && e.Message != "" {
+			return fmt.Errorf("%s (%s)", e.Message, e.Code)
+		}
+		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	if out != nil && len(data) > 0 {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}

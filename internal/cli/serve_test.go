@@ -1,0 +1,222 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+// serveProc is `cove serve` running as its own process.
+type serveProc struct {
+	cmd    *exec.Cmd
+	url    string
+	admin  string // set on the first start only
+	stderr *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe starts cove serve over data and waits until it listens.
+func startServe(t *testing.T, home, data string) *serveProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "serve", "--addr", "127.0.0.1:0", "--data", data, "--state-dir", home)
+	cmd.Env = append(os.Environ(), "COVE_TEST_CLI=1", "GORACE=atexit_sleep_ms=0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(30 * time.Second)
+	for p.url == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				lines = nil
+				continue
+			}
+			if strings.Contains(l, "COVE_API_KEY=") {
+				for _, f := range strings.Fields(l) {
+					if v, ok := strings.CutPrefix(f, "COVE_API_KEY="); ok {
+						p.admin = v
+					}
+				}
+			}
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("cove serve did not start:\n%s", p.stderr.String())
+		}
+		if i := strings.Index(p.stderr.String(), "url="); i >= 0 {
+			p.url = strings.Fields(p.stderr.String()[i+4:])[0]
+		}
+	}
+	return p
+}
+
+func apiCall(t *testing.T, method, url, key string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		json.Unmarshal(data, out)
+	}
+	return resp.StatusCode
+}
+
+// TestServe: cove serve prints an admin key once, cove key manages keys
+// against it, a SIGKILLed server restarts with its sandboxes still there
+// and running, a create cut short by SIGKILL leaves no orphan, and
+// SIGTERM stops it cleanly.
+func TestServe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cove serve runs the local runtime, which needs root (CI runs as root)")
+	}
+	home, err := os.MkdirTemp("", "cs") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	data := filepath.Join(home, "srv")
+	p := startServe(t, home, data)
+	if !strings.HasPrefix(p.admin, "cove_") {
+		t.Fatalf("no admin key printed; stderr:\n%s", p.stderr.String())
+	}
+
+	t.Setenv("COVE_SERVER", p.url)
+	t.Setenv("COVE_API_KEY", p.admin)
+	out, errOut, err := run(t, "key", "create", "ci", "--new-team", "acme")
+	if err != nil {
+		t.Fatalf("key create: %v %s", err, errOut)
+	}
+	teamKey := strings.TrimSpace(out)
+	if !strings.HasPrefix(teamKey, "cove_") || !strings.Contains(errOut, "team acme") {
+		t.Fatalf("key create printed %q / %q", out, errOut)
+	}
+	out, _, err = run(t, "key", "ls", "--all")
+	if err != nil || !strings.Contains(out, "acme") || strings.Contains(out, teamKey) {
+		t.Errorf("key ls: %v\n%s", err, out)
+	}
+
+	var sb api.Sandbox
+	if code := apiCall(t, "POST", p.url+"/v1/sandboxes", teamKey, api.CreateSandbox{}, &sb); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+
+	// SIGKILL, restart: the sandbox is still there and running; no new
+	// admin key.
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+	p2 := startServe(t, home, data)
+	if p2.admin != "" {
+		t.Error("a restarted server printed a new admin key")
+	}
+	var got api.Sandbox
+	if code := apiCall(t, "GET", p2.url+"/v1/sandboxes/"+sb.ID, teamKey, nil, &got); code != 200 || got.State != "running" {
+		t.Fatalf("after a SIGKILL and restart: %d %+v", code, got)
+	}
+
+	// Creates cut short by SIGKILL: afterwards every sandbox on disk is
+	// one the API lists (the rest were cleaned up).
+	for _, delay := range []time.Duration{5 * time.Millisecond, 30 * time.Millisecond, 80 * time.Millisecond} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			apiCall(t, "POST", p2.url+"/v1/sandboxes", teamKey, api.CreateSandbox{}, nil)
+		}()
+		time.Sleep(delay)
+		p2.cmd.Process.Kill()
+		p2.cmd.Wait()
+		<-done
+		p2 = startServe(t, home, data)
+		var list api.SandboxList
+		apiCall(t, "GET", p2.url+"/v1/sandboxes", teamKey, nil, &list)
+		listed := map[string]bool{}
+		for _, s := range list.Sandboxes {
+			listed[s.ID] = true
+		}
+		entries, _ := os.ReadDir(filepath.Join(data, "sandboxes"))
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "sb-") && !listed[e.Name()] {
+				t.Errorf("kill after %v: sandbox %s is on disk but not listed (an orphan)", delay, e.Name())
+			}
+		}
+	}
+
+	// Revoke, then SIGTERM: a clean exit.
+	var keys struct{ Keys []api.Key }
+	apiCall(t, "GET", p2.url+"/v1/keys", teamKey, nil, &keys)
+	t.Setenv("COVE_SERVER", p2.url)
+	if _, _, err := run(t, "key", "revoke", keys.Keys[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if code := apiCall(t, "GET", p2.url+"/v1/sandboxes", teamKey, nil, nil); code != 401 {
+		t.Errorf("revoked key: %d, want 401", code)
+	}
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	errc := make(chan error, 1)
+	go func() { errc <- p2.cmd.Wait() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("cove serve after SIGTERM: %v\n%s", err, p2.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Errorf("cove serve did not stop within 15s of SIGTERM")
+	}
+	fmt.Fprint(io.Discard, p2.stderr.String())
+}
