@@ -60,9 +60,12 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/store"
 )
 
-// Store is the Cove server's records in one SQLite file. It is safe for concurrent
+var _ store.Store = (*Store)(nil)
+
+// Store is a store.Store in one SQLite file. It is safe for concurrent
 // use.
 type Store struct {
 	// w is the single write connection (see the package doc); r reads.
