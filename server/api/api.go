@@ -29,6 +29,7 @@ const (
 	CodeTooLarge     = "too_large"    // 413: the body is over the limit
 	CodeLimit        = "limit"        // 429: a limit was hit (quota, disk full, output cap)
 	CodeUnavailable  = "unavailable"  // 503: the sandbox cannot be reached right now; retry
+	CodeUpstream     = "upstream"     // 502: the app behind an exposed port did not answer (nothing listens there, or not HTTP)
 	CodeInternal     = "internal"     // 500: our fault; the request id finds it in the logs
 )
 
