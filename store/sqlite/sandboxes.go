@@ -240,9 +240,18 @@ func pageLimit(n int) (int, error) {
 	return n, nil
 }
 
+// touchEvery is how much later than the recorded activity a touch must
+// be to be written. Touches come with every exec, file operation and
+// port connection, and each write costs the single writer an fsync (about
+// half a millisecond): written every time, a few busy sandboxes would
+// queue every other write behind theirs. Idle timeouts are minutes; a
+// second of slack in them is nothing.
+const touchEvery = time.Second
+
 // TouchSandbox records activity at t: ErrNotFound if there is no such
-// sandbox. It never moves LastActivity back: requests finish out of
-// order, and the idle timer must run from the latest.
+// sandbox. LastActivity lags the latest touch by less than touchEvery,
+// and never moves back: requests finish out of order, and the idle timer
+// must run from the latest.
 func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error {
 	switch {
 	case id == "":
@@ -253,7 +262,20 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error 
 	if err := checkTime("sandbox "+id+" activity", t); err != nil {
 		return err
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	// Most touches change nothing; find out on a reader, without the
+	// writer.
+	var last sql.NullInt64
+	err := s.r.QueryRowContext(ctx, `SELECT last_activity FROM sandboxes WHERE id = ?`, id).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound("sandbox " + id)
+	}
+	if err != nil {
+		return wrap(err, "touching sandbox %s", id)
+	}
+	if last.Valid && t.UnixNano()-last.Int64 < int64(touchEvery) {
+		return nil
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET last_activity = ?1
 			WHERE id = ?2 AND (last_activity IS NULL OR last_activity < ?1)`, t.UnixNano(), id)
 		if err != nil {
@@ -262,8 +284,8 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error 
 		if n, err := res.RowsAffected(); err != nil || n > 0 {
 			return err
 		}
-		// Nothing changed: a later activity is recorded, or there is no
-		// such sandbox.
+		// Nothing changed: a later touch won the race, or the sandbox
+		// was deleted since the read.
 		var one int
 		err = tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {

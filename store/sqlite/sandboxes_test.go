@@ -44,6 +44,7 @@ func putSandboxes(t *testing.T, s *Store, sbs ...store.Sandbox) {
 }
 
 func TestPutGetSandbox(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	full := store.Sandbox{
@@ -148,6 +149,7 @@ func TestPutGetSandbox(t *testing.T) {
 }
 
 func TestTouchSandbox(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	x := sb("sb-1", teamA.ID, 0)
@@ -163,7 +165,10 @@ func TestTouchSandbox(t *testing.T) {
 		{"later", "sb-1", t0.Add(time.Minute), t0.Add(time.Minute), nil},
 		{"earlier does not go back", "sb-1", t0.Add(time.Second), t0.Add(time.Minute), nil},
 		{"same", "sb-1", t0.Add(time.Minute), t0.Add(time.Minute), nil},
+		{"within a second is not written", "sb-1", t0.Add(time.Minute + touchEvery - 1), t0.Add(time.Minute), nil},
+		{"a second later is", "sb-1", t0.Add(time.Minute + touchEvery), t0.Add(time.Minute + touchEvery), nil},
 		{"first activity", "sb-idle", t0.Add(time.Hour), t0.Add(time.Hour), nil},
+		{"earlier than the first", "sb-idle", t0, t0.Add(time.Hour), nil},
 		{"unknown", "nope", t0, time.Time{}, sandbox.ErrNotFound},
 		{"empty id", "", t0, time.Time{}, sandbox.ErrInvalid},
 		{"zero time", "sb-1", time.Time{}, time.Time{}, sandbox.ErrInvalid},
@@ -185,6 +190,7 @@ func TestTouchSandbox(t *testing.T) {
 }
 
 func TestDeleteSandbox(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	putSandboxes(t, s, sb("sb-1", teamA.ID, 0, "k", "v"))
@@ -213,6 +219,7 @@ func ids(sbs []store.Sandbox) []string {
 }
 
 func TestListSandboxes(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	stopped := sb("a-stopped", teamA.ID, 3, "env", "prod")
@@ -284,6 +291,7 @@ func TestListSandboxes(t *testing.T) {
 }
 
 func TestListSandboxesPages(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	var want []string
@@ -339,6 +347,7 @@ func TestListSandboxesPages(t *testing.T) {
 }
 
 func TestListSandboxesDefaultLimit(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	for i := range defaultLimit + 1 {
@@ -357,6 +366,7 @@ func TestListSandboxesDefaultLimit(t *testing.T) {
 }
 
 func TestPageLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in, want int
 		wantErr  error
