@@ -11,6 +11,7 @@ import (
 )
 
 func TestSnapshots(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	snapA := store.Snapshot{ID: "snap-a", TeamID: teamA.ID, SandboxID: "sb-gone", Size: 1 << 20, CreatedAt: t0}
@@ -90,6 +91,7 @@ func TestSnapshots(t *testing.T) {
 }
 
 func TestPorts(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	putSandboxes(t, s, sb("sb-1", teamA.ID, 0), sb("sb-2", teamB.ID, 0))

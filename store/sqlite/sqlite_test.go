@@ -82,6 +82,7 @@ func schemaVersions(t *testing.T, path string) []int {
 }
 
 func TestOpenSetsUpConnections(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := t.Context()
 	for _, tc := range []struct {
@@ -115,6 +116,7 @@ func TestOpenSetsUpConnections(t *testing.T) {
 }
 
 func TestOpenMakesFileOwnerOnly(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cove.db")
 	openAt(t, path)
 	fi, err := os.Stat(path)
@@ -127,6 +129,7 @@ func TestOpenMakesFileOwnerOnly(t *testing.T) {
 }
 
 func TestOpenBadPath(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"", ":memory:"} {
 		_, err := Open(t.Context(), path)
 		checkErr(t, err, sandbox.ErrInvalid)
@@ -138,6 +141,7 @@ func TestOpenBadPath(t *testing.T) {
 }
 
 func TestOpenPathWithURIChars(t *testing.T) {
+	t.Parallel()
 	// A '?' or '#' in the path must not be taken for URI parameters.
 	dir := filepath.Join(t.TempDir(), "a?b#c%20d")
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -154,6 +158,7 @@ func TestOpenPathWithURIChars(t *testing.T) {
 }
 
 func TestMigrationsIdempotentOnReopen(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cove.db")
 	for range 3 {
 		s, err := Open(t.Context(), path)
@@ -171,6 +176,7 @@ func TestMigrationsIdempotentOnReopen(t *testing.T) {
 }
 
 func TestOpenRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cove.db")
 	s, err := Open(t.Context(), path)
 	if err != nil {
@@ -187,6 +193,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 }
 
 func TestMigrateIsAtomic(t *testing.T) {
+	t.Parallel()
 	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "m.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +239,7 @@ func TestMigrateIsAtomic(t *testing.T) {
 }
 
 func TestTimeRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		t    time.Time
@@ -272,6 +280,7 @@ func ctxCancelled(t *testing.T) context.Context {
 }
 
 func TestCancelledContext(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	err := s.CreateTeam(ctxCancelled(t), teamA)
 	if !errors.Is(err, context.Canceled) {

@@ -28,6 +28,7 @@ func withTeams(t *testing.T) *Store {
 }
 
 func TestTeams(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 
@@ -92,6 +93,7 @@ func TestTeams(t *testing.T) {
 }
 
 func TestListTeamsEmpty(t *testing.T) {
+	t.Parallel()
 	got, err := newStore(t).ListTeams(t.Context())
 	checkErr(t, err, nil)
 	if got == nil || len(got) != 0 {
@@ -102,6 +104,7 @@ func TestListTeamsEmpty(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	keyA := store.APIKey{ID: "key-a", TeamID: teamA.ID, Name: "ci", Prefix: "cove_aa", Hash: "hash-a", Admin: true, CreatedAt: t0}

@@ -11,6 +11,7 @@ import (
 // key, can neither see nor change them; afterwards team A still has all
 // of them as they were.
 func TestTenancy(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	sbA := sb("sb-a", teamA.ID, 0, "env", "prod")

@@ -23,6 +23,7 @@ func use(team, sandbox string, from, to int, cpu float64, bytesIn int64) store.U
 }
 
 func TestAddUsage(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	for _, tc := range []struct {
@@ -51,6 +52,7 @@ func TestAddUsage(t *testing.T) {
 }
 
 func TestUsageByTeam(t *testing.T) {
+	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
 	// The range is minutes [60, 120).
