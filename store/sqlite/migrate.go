@@ -105,6 +105,20 @@ CREATE TABLE usage (
 -- recent, so this reads the tail of the index.
 CREATE INDEX usage_by_team ON usage (team_id, end_at);
 `,
+
+	// 2: where deleted sandboxes were in the listing order, so that a page
+	// cursor naming one still says where the next page starts. The
+	// server's reconciliation deletes records as it pages through them,
+	// the last of a page included.
+	`
+CREATE TABLE deleted_sandboxes (
+	id         TEXT PRIMARY KEY,
+	team_id    TEXT NOT NULL,
+	created_at INTEGER NOT NULL,
+	deleted_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX deleted_sandboxes_by_age ON deleted_sandboxes (deleted_at);
+`,
 }
 
 // errNewerSchema: the database was written by a newer cove. Opening it

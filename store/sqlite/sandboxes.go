@@ -147,9 +147,10 @@ func (s *Store) GetSandbox(ctx context.Context, teamID, id string) (store.Sandbo
 // means 100 and is capped at 1000.
 //
 // The cursor is the id of the last sandbox of the page (the contract of
-// SandboxFilter.After), so its place is looked up; if that sandbox was
-// deleted since, or is not of f.TeamID, the call fails with ErrInvalid
-// rather than guess where the page was.
+// SandboxFilter.After), so its place is looked up, among the sandboxes
+// deleted in the last day too (keepDeleted): callers delete records as
+// they page through them. A cursor that is none of these, or not of
+// f.TeamID, is ErrInvalid rather than a guess at where the page was.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, string, error) {
 	limit, err := pageLimit(f.Limit)
 	if err != nil {
@@ -189,10 +190,15 @@ func (s *Store) listSandboxes(ctx context.Context, f store.SandboxFilter, limit 
 		args = append(args, k, f.Labels[k])
 	}
 	if f.After != "" {
+		// A live sandbox first: an id can be deleted and used again.
 		var created int64
-		err := tx.QueryRowContext(ctx, `SELECT created_at FROM sandboxes WHERE id = ?`+cond, append([]any{f.After}, targs...)...).Scan(&created)
+		cargs := append([]any{f.After}, targs...)
+		err := tx.QueryRowContext(ctx, `SELECT created_at FROM sandboxes WHERE id = ?`+cond, cargs...).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, "", invalid("page cursor %q is not a sandbox (any more): list again from the start", f.After)
+			err = tx.QueryRowContext(ctx, `SELECT created_at FROM deleted_sandboxes WHERE id = ?`+cond, cargs...).Scan(&created)
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, "", invalid("page cursor %q is not a sandbox, nor one deleted in the last %v: list again from the start", f.After, keepDeleted)
 		}
 		if err != nil {
 			return nil, "", err
@@ -296,17 +302,36 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error 
 	return wrap(err, "touching sandbox %s", id)
 }
 
+// keepDeleted is how long a deleted sandbox's place in the listing order
+// is kept, for page cursors that name it. A day is longer than anyone
+// pages through a list.
+const keepDeleted = 24 * time.Hour
+
 // DeleteSandbox removes the record with its ports and labels:
 // ErrNotFound if there is none. It takes no team, so callers acting for
 // a team check with GetSandbox first; a record never changes team
-// (PutSandbox), so the check stays true.
+// (PutSandbox), so the check stays true. The sandbox's place in the
+// listing order is kept a while (keepDeleted) for page cursors.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if id == "" {
 		return invalid("sandbox id is empty")
 	}
+	now := s.now().UnixNano()
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO deleted_sandboxes (id, team_id, created_at, deleted_at)
+			SELECT id, team_id, created_at, ? FROM sandboxes WHERE id = ?
+			ON CONFLICT (id) DO UPDATE SET
+				team_id = excluded.team_id, created_at = excluded.created_at, deleted_at = excluded.deleted_at`,
+			now, id); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
-		return mustChange(res, err, "sandbox "+id)
+		if err := mustChange(res, err, "sandbox "+id); err != nil {
+			return err
+		}
+		// Pruned here, where they are made, so they never pile up.
+		_, err = tx.ExecContext(ctx, `DELETE FROM deleted_sandboxes WHERE deleted_at < ?`, now-int64(keepDeleted))
+		return err
 	})
 	return wrap(err, "deleting sandbox %s", id)
 }

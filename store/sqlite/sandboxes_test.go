@@ -338,11 +338,39 @@ func TestListSandboxesPages(t *testing.T) {
 	}
 
 	t.Run("cursor deleted", func(t *testing.T) {
-		page, next, err := s.ListSandboxes(ctx, store.SandboxFilter{TeamID: teamA.ID, Limit: 2})
+		// As the server's reconciliation does: delete records of a page,
+		// the last included, then ask for the next page.
+		now := t0.Add(time.Hour)
+		s.now = func() time.Time { return now }
+		f := store.SandboxFilter{TeamID: teamA.ID, Labels: map[string]string{"env": "prod"}, Limit: 3}
+		page, next, err := s.ListSandboxes(ctx, f)
 		checkErr(t, err, nil)
-		checkErr(t, s.DeleteSandbox(ctx, page[1].ID), nil)
-		_, _, err = s.ListSandboxes(ctx, store.SandboxFilter{TeamID: teamA.ID, Limit: 2, After: next})
+		for _, x := range page[1:] {
+			checkErr(t, s.DeleteSandbox(ctx, x.ID), nil)
+		}
+		f.After = next
+		page, _, err = s.ListSandboxes(ctx, f)
+		checkErr(t, err, nil)
+		if diff := cmp.Diff(want[3:6], ids(page)); diff != "" {
+			t.Errorf("page after a deleted cursor (-want +got):\n%s", diff)
+		}
+
+		// Another team cannot page from it.
+		_, _, err = s.ListSandboxes(ctx, store.SandboxFilter{TeamID: teamB.ID, After: next})
+		checkErr(t, err, sandbox.ErrInvalid)
+
+		// A day later its place is forgotten (pruned by the next delete).
+		now = now.Add(keepDeleted + time.Second)
+		checkErr(t, s.DeleteSandbox(ctx, page[0].ID), nil)
+		_, _, err = s.ListSandboxes(ctx, f)
 		checkErr(t, err, sandbox.ErrInvalid, next, "from the start")
+		var n int
+		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM deleted_sandboxes`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("got %d deleted sandboxes kept, want 1 (the last)", n)
+		}
 	})
 }
 

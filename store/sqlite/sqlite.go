@@ -71,7 +71,7 @@ type Store struct {
 	// w is the single write connection (see the package doc); r reads.
 	w, r *sql.DB
 	// now is the clock for the times the store makes itself (a key's last
-	// use, its revocation); tests replace it.
+	// use, its revocation, a sandbox's deletion); tests replace it.
 	now func() time.Time
 }
 

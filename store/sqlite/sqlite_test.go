@@ -192,6 +192,42 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	checkErr(t, err, errNewerSchema, "schema version", "newer cove")
 }
 
+// TestMigrateKeepsData opens a file made at schema version 1, with a
+// sandbox in it, with the current code.
+func TestMigrateKeepsData(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cove.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := migrate(ctx, db, migrations[:1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO teams VALUES ('team-a', 'A', 0, 0, 0, 1)`,
+		`INSERT INTO sandboxes VALUES ('sb-1', 'team-a', '{"labels":{"k":"v"}}', 'running', '', 5, NULL, NULL, NULL, 0, 'stop', NULL)`,
+		`INSERT INTO sandbox_labels VALUES ('sb-1', 'k', 'v')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	s := openAt(t, path)
+	if got := schemaVersions(t, path); len(got) != len(migrations) {
+		t.Errorf("got schema versions %v, want 1..%d", got, len(migrations))
+	}
+	got, err := s.GetSandbox(ctx, "team-a", "sb-1")
+	checkErr(t, err, nil)
+	if got.Spec.Labels["k"] != "v" || !got.CreatedAt.Equal(time.Unix(0, 5)) {
+		t.Errorf("sandbox after the upgrade: %+v", got)
+	}
+	checkErr(t, s.DeleteSandbox(ctx, "sb-1"), nil)
+}
+
 func TestMigrateIsAtomic(t *testing.T) {
 	t.Parallel()
 	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "m.db"))
