@@ -139,6 +139,9 @@ type ExecEvent struct {
 	// Error says why the stream ended early (type error), with Code.
 	Error string `json:"error,omitempty"`
 	Code  string `json:"code,omitempty"`
+	// TimedOut is set on the exit event of a process killed because it
+	// ran past Exec.TimeoutSeconds.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // Signal is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal.
@@ -156,6 +159,25 @@ type Process struct {
 	Dir  string   `json:"dir,omitempty"`
 }
 
+// ProcessList is GET /v1/sandboxes/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// PTYMessage is a text message on the WebSocket of GET
+// /v1/sandboxes/{id}/pty (binary messages are the terminal's bytes). The
+// client sends {"type":"resize","cols":..,"rows":..}; the server sends
+// {"type":"exit","exit_code":..} when the process ends, then closes.
+type PTYMessage struct {
+	Type     string `json:"type"`
+	Cols     uint16 `json:"cols,omitempty"`
+	Rows     uint16 `json:"rows,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	OOM      bool   `json:"oom,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
 // FileInfo describes a file in a sandbox.
 type FileInfo struct {
 	Name          string    `json:"name"`
@@ -167,6 +189,11 @@ type FileInfo struct {
 	Owner         string    `json:"owner,omitempty"`
 	Group         string    `json:"group,omitempty"`
 	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// FileList is GET /v1/sandboxes/{id}/files/list.
+type FileList struct {
+	Files []FileInfo `json:"files"`
 }
 
 // Move is the body of POST /v1/sandboxes/{id}/files/move.
@@ -181,6 +208,11 @@ type Snapshot struct {
 	SandboxID string    `json:"sandbox_id"`
 	Size      int64     `json:"size"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// SnapshotList is GET /v1/snapshots: the team's snapshots, oldest first.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
 }
 
 // ExposePort is the body of POST /v1/sandboxes/{id}/ports/{port}.
