@@ -113,8 +113,8 @@ type echoed struct {
 	Headers            map[string]string
 }
 
-// get sends a request and returns its status, body and response.
-func get(t *testing.T, c *http.Client, method, u, host string, hdr map[string]string, body string) (int, []byte, *http.Response) {
+// proxyGet sends a request and returns its status, body and response.
+func proxyGet(t *testing.T, c *http.Client, method, u, host string, hdr map[string]string, body string) (int, []byte, *http.Response) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, strings.NewReader(body))
 	if err != nil {
@@ -155,7 +155,7 @@ func TestPortProxy(t *testing.T) {
 	tok := map[string]string{portTokenHeader: p.Token}
 
 	t.Run("path", func(t *testing.T) {
-		code, data, _ := get(t, nil, "GET", p.PathURL+"a/b%2Fc?x=1&y=2", "", tok, "")
+		code, data, _ := proxyGet(t, nil, "GET", p.PathURL+"a/b%2Fc?x=1&y=2", "", tok, "")
 		var e echoed
 		if code != 200 || json.Unmarshal(data, &e) != nil {
 			t.Fatalf("GET with the token: %d %s", code, data)
@@ -169,7 +169,7 @@ func TestPortProxy(t *testing.T) {
 		if e.Headers["x-forwarded-prefix"] != "/p/"+sb.ID+"/8000" || e.Headers["host"] != u.Host {
 			t.Errorf("forwarding headers: %v", e.Headers)
 		}
-		code, data, _ = get(t, nil, "POST", p.PathURL+"up", "", tok, "payload")
+		code, data, _ = proxyGet(t, nil, "POST", p.PathURL+"up", "", tok, "payload")
 		if json.Unmarshal(data, &e); code != 200 || e.Body != "payload" || e.Method != "POST" {
 			t.Errorf("POST: %d %s", code, data)
 		}
@@ -177,17 +177,17 @@ func TestPortProxy(t *testing.T) {
 
 	t.Run("host", func(t *testing.T) {
 		host := fmt.Sprintf("8000-%s.EXAMPLE.test:%s", sb.ID, u.Port())
-		code, data, _ := get(t, nil, "GET", ts.URL+"/v1/sandboxes?q=1", host, tok, "")
+		code, data, _ := proxyGet(t, nil, "GET", ts.URL+"/v1/sandboxes?q=1", host, tok, "")
 		var e echoed
 		if code != 200 || json.Unmarshal(data, &e) != nil || e.Path != "/v1/sandboxes?q=1" {
 			t.Fatalf("GET by host name: %d %s", code, data)
 		}
 		// The API itself is not reachable under a port's host name, and
 		// other names of the domain go to the API.
-		if code, _, _ := get(t, nil, "GET", ts.URL+"/health", "api.example.test", nil, ""); code != 200 {
+		if code, _, _ := proxyGet(t, nil, "GET", ts.URL+"/health", "api.example.test", nil, ""); code != 200 {
 			t.Errorf("api.example.test/health: %d", code)
 		}
-		if code, _, _ := get(t, nil, "GET", ts.URL+"/x", "8000-"+sb.ID+".example.test", nil, ""); code != http.StatusForbidden {
+		if code, _, _ := proxyGet(t, nil, "GET", ts.URL+"/x", "8000-"+sb.ID+".example.test", nil, ""); code != http.StatusForbidden {
 			t.Errorf("by host name without a token: %d", code)
 		}
 	})
@@ -204,7 +204,7 @@ func TestPortProxy(t *testing.T) {
 			{"wrong query", nil, "?cove_token=abc", "wrong token"},
 			{"an API key is not a port token", map[string]string{"Authorization": "Bearer " + key}, "", "is private"},
 		} {
-			code, data, _ := get(t, nil, "GET", p.PathURL+tc.q, "", tc.hdr, "")
+			code, data, _ := proxyGet(t, nil, "GET", p.PathURL+tc.q, "", tc.hdr, "")
 			if e := apiError(t, data); code != http.StatusForbidden || e.Code != api.CodeForbidden || !strings.Contains(e.Message, tc.want) {
 				t.Errorf("%s: %d %s, want 403 with %q", tc.name, code, data, tc.want)
 			}
@@ -214,7 +214,7 @@ func TestPortProxy(t *testing.T) {
 	t.Run("browser cookie", func(t *testing.T) {
 		jar, _ := cookiejar.New(nil)
 		c := &http.Client{Jar: jar}
-		code, data, resp := get(t, c, "GET", p.PathURL+"?cove_token="+p.Token+"&keep=1", "", nil, "")
+		code, data, resp := proxyGet(t, c, "GET", p.PathURL+"?cove_token="+p.Token+"&keep=1", "", nil, "")
 		var e echoed
 		if code != 200 || json.Unmarshal(data, &e) != nil || e.Path != "/?keep=1" {
 			t.Fatalf("GET with ?cove_token: %d %s (the app must not see the token)", code, data)
@@ -228,7 +228,7 @@ func TestPortProxy(t *testing.T) {
 		if ck == nil || ck.Path != "/p/"+sb.ID+"/8000/" || !ck.HttpOnly || ck.SameSite != http.SameSiteLaxMode {
 			t.Fatalf("token cookie: %+v", ck)
 		}
-		code, data, _ = get(t, c, "GET", p.PathURL+"page2", "", nil, "")
+		code, data, _ = proxyGet(t, c, "GET", p.PathURL+"page2", "", nil, "")
 		if json.Unmarshal(data, &e); code != 200 || strings.Contains(e.Headers["cookie"], p.Token) || !strings.Contains(e.Headers["cookie"], "app=1") {
 			t.Errorf("later request with the cookie only: %d %s (the app's own cookie passes, ours does not)", code, data)
 		}
@@ -240,7 +240,7 @@ func TestPortProxy(t *testing.T) {
 		if !pub.Public || pub.Token != "" {
 			t.Errorf("made public: %+v", pub)
 		}
-		if code, data, _ := get(t, nil, "GET", p.PathURL, "", nil, ""); code != 200 {
+		if code, data, _ := proxyGet(t, nil, "GET", p.PathURL, "", nil, ""); code != 200 {
 			t.Errorf("public port without a token: %d %s", code, data)
 		}
 		var priv api.Port
@@ -248,7 +248,7 @@ func TestPortProxy(t *testing.T) {
 		if priv.Public || priv.Token == "" || priv.Token == p.Token {
 			t.Errorf("private again: %+v, want a new token", priv)
 		}
-		if code, _, _ := get(t, nil, "GET", p.PathURL, "", tok, ""); code != http.StatusForbidden {
+		if code, _, _ := proxyGet(t, nil, "GET", p.PathURL, "", tok, ""); code != http.StatusForbidden {
 			t.Errorf("the old token after a new one: %d", code)
 		}
 		var again api.Port
@@ -260,16 +260,16 @@ func TestPortProxy(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		code, data, _ := get(t, nil, "GET", fmt.Sprintf("%s/p/%s/9000/", ts.URL, sb.ID), "", nil, "")
+		code, data, _ := proxyGet(t, nil, "GET", fmt.Sprintf("%s/p/%s/9000/", ts.URL, sb.ID), "", nil, "")
 		if code != 404 || apiError(t, data).Code != api.CodeNotFound {
 			t.Errorf("unexposed port: %d %s", code, data)
 		}
-		code, data, _ = get(t, nil, "GET", ts.URL+"/p/sb-nosuch/8000/", "", nil, "")
+		code, data, _ = proxyGet(t, nil, "GET", ts.URL+"/p/sb-nosuch/8000/", "", nil, "")
 		if code != 404 {
 			t.Errorf("no such sandbox: %d %s", code, data)
 		}
 		ts.must(t, http.StatusCreated, "POST", "/v1/sandboxes/"+sb.ID+"/ports/9001", key, api.ExposePort{Public: true}, nil)
-		code, data, _ = get(t, nil, "GET", fmt.Sprintf("%s/p/%s/9001/", ts.URL, sb.ID), "", nil, "")
+		code, data, _ = proxyGet(t, nil, "GET", fmt.Sprintf("%s/p/%s/9001/", ts.URL, sb.ID), "", nil, "")
 		if e := apiError(t, data); code != http.StatusBadGateway || e.Code != api.CodeUpstream || !strings.Contains(e.Message, "nothing is listening on port 9001") {
 			t.Errorf("nothing listening: %d %s", code, data)
 		}
@@ -311,20 +311,20 @@ func TestPortProxy(t *testing.T) {
 
 	t.Run("stopped", func(t *testing.T) {
 		ts.must(t, 200, "POST", "/v1/sandboxes/"+sb.ID+"/stop", key, nil, nil)
-		code, data, _ := get(t, nil, "GET", p.PathURL, "", tok, "")
+		code, data, _ := proxyGet(t, nil, "GET", p.PathURL, "", tok, "")
 		if e := apiError(t, data); code != http.StatusConflict || e.Code != api.CodeState || !strings.Contains(e.Message, "resume") {
 			t.Errorf("stopped sandbox: %d %s", code, data)
 		}
 		// Without the token a stopped sandbox's private port says no
 		// more than a running one's.
-		if code, _, _ := get(t, nil, "GET", p.PathURL, "", nil, ""); code != http.StatusForbidden {
+		if code, _, _ := proxyGet(t, nil, "GET", p.PathURL, "", nil, ""); code != http.StatusForbidden {
 			t.Errorf("stopped sandbox, no token: %d", code)
 		}
 	})
 
 	t.Run("unexpose", func(t *testing.T) {
 		ts.must(t, http.StatusNoContent, "DELETE", "/v1/sandboxes/"+sb.ID+"/ports/8000", key, nil, nil)
-		if code, _, _ := get(t, nil, "GET", p.PathURL, "", tok, ""); code != 404 {
+		if code, _, _ := proxyGet(t, nil, "GET", p.PathURL, "", tok, ""); code != 404 {
 			t.Errorf("after unexposing: %d", code)
 		}
 		if code, _ := ts.call(t, "DELETE", "/v1/sandboxes/"+sb.ID+"/ports/8000", key, nil); code != 404 {
