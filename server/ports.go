@@ -334,6 +334,11 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 			case errors.Is(derr, sandbox.ErrUnavailable):
 				writeError(w, r, http.StatusBadGateway, api.CodeUpstream,
 					fmt.Sprintf("nothing is listening on port %d inside sandbox %s; start the server there, bound to 0.0.0.0 or 127.0.0.1", port, id))
+			case errors.Is(derr, sandbox.ErrState):
+				// The runtime stopped it (its own TTL) before the
+				// lifecycle loop recorded so.
+				writeError(w, r, http.StatusConflict, api.CodeState,
+					fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume)", id, id))
 			case derr != nil:
 				s.log.Warn("dialing a sandbox port", "request_id", requestID(r), "sandbox", id, "port", port, "err", derr)
 				writeError(w, r, http.StatusBadGateway, api.CodeUpstream,

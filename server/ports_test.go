@@ -169,6 +169,11 @@ func TestPortProxy(t *testing.T) {
 		if e.Headers["x-forwarded-prefix"] != "/p/"+sb.ID+"/8000" || e.Headers["host"] != u.Host {
 			t.Errorf("forwarding headers: %v", e.Headers)
 		}
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		code, _, resp := proxyGet(t, noFollow, "GET", strings.TrimSuffix(p.PathURL, "/")+"?x=1", "", tok, "")
+		if loc := resp.Header.Get("Location"); code/100 != 3 || loc != "/p/"+sb.ID+"/8000/?x=1" {
+			t.Errorf("without the trailing slash: %d to %q, want a redirect to the port's root", code, loc)
+		}
 		code, data, _ = proxyGet(t, nil, "POST", p.PathURL+"up", "", tok, "payload")
 		if json.Unmarshal(data, &e); code != 200 || e.Body != "payload" || e.Method != "POST" {
 			t.Errorf("POST: %d %s", code, data)
@@ -310,8 +315,17 @@ func TestPortProxy(t *testing.T) {
 	}
 
 	t.Run("stopped", func(t *testing.T) {
-		ts.must(t, 200, "POST", "/v1/sandboxes/"+sb.ID+"/stop", key, nil, nil)
+		// Stopped by the runtime (its own TTL), before or after the
+		// lifecycle loop records so: 409 either way.
+		if err := ts.Runtime.Stop(t.Context(), sb.ID); err != nil {
+			t.Fatal(err)
+		}
 		code, data, _ := proxyGet(t, nil, "GET", p.PathURL, "", tok, "")
+		if e := apiError(t, data); code != http.StatusConflict || e.Code != api.CodeState {
+			t.Errorf("sandbox the runtime stopped: %d %s", code, data)
+		}
+		ts.must(t, 200, "POST", "/v1/sandboxes/"+sb.ID+"/stop", key, nil, nil)
+		code, data, _ = proxyGet(t, nil, "GET", p.PathURL, "", tok, "")
 		if e := apiError(t, data); code != http.StatusConflict || e.Code != api.CodeState || !strings.Contains(e.Message, "resume") {
 			t.Errorf("stopped sandbox: %d %s", code, data)
 		}
