@@ -58,6 +58,9 @@ type lifecycle struct {
 // retention are deleted. A failure is logged and retried next tick.
 func (lc *lifecycle) tick(ctx context.Context) {
 	s := lc.s
+	// Read before the records: a sandbox deleted after this is billed
+	// up to it at most, never for time after its deletion.
+	now := s.cfg.Now()
 	recs, live, err := lc.snapshot(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -70,7 +73,6 @@ func (lc *lifecycle) tick(ctx context.Context) {
 			lc.syncStopped(ctx, &recs[i])
 		}
 	}
-	now := s.cfg.Now()
 	lc.meter.run(ctx, recs, now, false)
 	for _, rec := range recs {
 		if ctx.Err() != nil {
@@ -218,10 +220,11 @@ func (lc *lifecycle) act(ctx context.Context, id, why string, applies policy) {
 
 // flush records every sandbox's use up to now (at shutdown).
 func (lc *lifecycle) flush(ctx context.Context) {
+	now := lc.s.cfg.Now()
 	recs, err := lc.s.allSandboxes(ctx, "")
 	if err != nil {
 		lc.s.log.Error("lifecycle: metering at shutdown", "err", err)
 		return
 	}
-	lc.meter.run(ctx, recs, lc.s.cfg.Now(), true)
+	lc.meter.run(ctx, recs, now, true)
 }

@@ -125,14 +125,23 @@ func TestMeteringWrites(t *testing.T) {
 		}
 		return us[0]
 	}
-	for range 10 {
-		clock.Add(10 * time.Second)
-		time.Sleep(2 * lifecycleInterval)
+	step := func(n int) {
+		for range n {
+			clock.Add(10 * time.Second)
+			time.Sleep(2 * lifecycleInterval)
+		}
 	}
+	step(5)
+	if u := recorded(); u.CPUSeconds != 0 {
+		t.Errorf("50 s recorded as they passed: %+v", u)
+	}
+	step(1)
 	eventually(t, "a minute's interval", func() bool { return recorded().CPUSeconds >= 60 })
-	// 100 s have passed: one interval of 60 s or more ends before now.
-	if u := recorded(); !u.Start.Equal(sb.CreatedAt) || u.End.Sub(u.Start) < meterInterval || !u.End.Before(clock.Now()) {
-		t.Errorf("recorded %v to %v, want one interval of a minute or more from %v, before %v", u.Start, u.End, sb.CreatedAt, clock.Now())
+	first := recorded()
+	// 40 s more: still held, not written tick by tick.
+	step(4)
+	if u := recorded(); !u.Start.Equal(sb.CreatedAt) || !u.End.Equal(first.End) || u.End.Sub(u.Start) < meterInterval {
+		t.Errorf("recorded %v to %v, want one interval of a minute or more from %v, ending at %v", u.Start, u.End, sb.CreatedAt, first.End)
 	}
 	ts.restart(t) // the old server records what it holds
 	if u := recorded(); u.CPUSeconds != 100 || !u.End.Equal(clock.Now()) {
