@@ -52,8 +52,8 @@ type lifecycle struct {
 
 // tick runs each policy once, in this order: (a) a sandbox the runtime
 // stopped on its own (its TTL, a dead supervisor) is recorded stopped;
-// (b) use up to now is metered; (c) running sandboxes past their
-// deadline, or (d) idle past their idle timeout, are stopped or deleted
+// (b) use up to now is metered; (c) sandboxes past their deadline, or
+// (d) running ones idle past their idle timeout, are stopped or deleted
 // as their OnExpire says; (e) stopped sandboxes kept longer than the
 // retention are deleted. A failure is logged and retried next tick.
 func (lc *lifecycle) tick(ctx context.Context) {
@@ -151,9 +151,14 @@ func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox) {
 // A policy says whether it applies to a sandbox now.
 type policy func(ctx context.Context, rec store.Sandbox, now time.Time) bool
 
-// expired: a running sandbox past its deadline.
+// expired: a sandbox past its deadline, running, or stopped with
+// OnExpire delete: the runtime enforces the TTL too, and when its stop
+// comes first the deletion must still follow.
 func (lc *lifecycle) expired(_ context.Context, rec store.Sandbox, now time.Time) bool {
-	return rec.State == store.StateRunning && !rec.Deadline.IsZero() && !now.Before(rec.Deadline)
+	if rec.Deadline.IsZero() || now.Before(rec.Deadline) {
+		return false
+	}
+	return rec.State == store.StateRunning || rec.OnExpire == store.ExpireDelete
 }
 
 // idle: a running sandbox with an idle timeout, no open stream or
@@ -190,7 +195,8 @@ func (lc *lifecycle) retired(_ context.Context, rec store.Sandbox, now time.Time
 // to its record read afresh (the API may have moved its deadline, or
 // stopped, resumed or deleted it, since the snapshot). A retired sandbox
 // is deleted; an expired or idle one stopped or deleted as its OnExpire
-// says. Deleting meters it up to now first: its record goes.
+// says (a stopped one is only ever deleted). Deleting meters it up to
+// now first: its record goes.
 func (lc *lifecycle) act(ctx context.Context, id, why string, applies policy) {
 	s := lc.s
 	rec, err := s.cfg.Store.GetSandbox(ctx, "", id)

@@ -92,6 +92,13 @@ func TestLifecycleTTL(t *testing.T) {
 	keep := ts.create(t, key, api.CreateSandbox{TTLSeconds: 3600})
 	moved := ts.create(t, key, api.CreateSandbox{TTLSeconds: 60})
 	ts.must(t, 200, "POST", "/v1/sandboxes/"+moved.ID+"/ttl", key, api.SetTTL{TTLSeconds: 600}, nil)
+	// The runtime's own TTL timer may stop a sandbox before the server's
+	// deadline passes; on_expire=delete must still delete it.
+	delStopped := ts.create(t, key, api.CreateSandbox{TTLSeconds: 60, OnExpire: "delete"})
+	if err := ts.Runtime.Stop(t.Context(), delStopped.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the runtime's stop to be recorded", func() bool { return ts.state(t, key, delStopped.ID) == "stopped" })
 
 	clock.Add(59 * time.Second)
 	time.Sleep(5 * lifecycleInterval)
@@ -101,6 +108,7 @@ func TestLifecycleTTL(t *testing.T) {
 	clock.Add(2 * time.Second)
 	eventually(t, "the sandbox past its TTL to stop", func() bool { return ts.state(t, key, stop.ID) == "stopped" })
 	eventually(t, "the on_expire=delete sandbox to go", func() bool { return ts.state(t, key, del.ID) == "gone" })
+	eventually(t, "the stopped on_expire=delete sandbox to go", func() bool { return ts.state(t, key, delStopped.ID) == "gone" })
 	// Both were looked at in the ticks that acted on the others.
 	if got := ts.state(t, key, keep.ID); got != "running" {
 		t.Errorf("a sandbox within its TTL: %s", got)
