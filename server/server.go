@@ -156,7 +156,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		r = r.WithContext(context.WithValue(r.Context(), reqIDKey{}, id))
-		start := s.cfg.Now()
+		start := time.Now() // durations use the real clock, never a test's
 		rec := &statusWriter{ResponseWriter: w, status: 200}
 		defer func() {
 			if p := recover(); p != nil {
