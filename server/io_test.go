@@ -421,6 +421,35 @@ func TestPTY(t *testing.T) {
 	}
 }
 
+// A terminal's process ends when its client hangs up.
+func TestPTYDisconnectKills(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "alpha")
+	sb := ts.create(t, key, api.CreateSandbox{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	u := "ws" + strings.TrimPrefix(ts.URL, "http") + "/v1/sandboxes/" + sb.ID + "/pty?cmd=" + url.QueryEscape("exec sleep 300")
+	conn, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var list api.ProcessList
+		ts.must(t, 200, "GET", "/v1/sandboxes/"+sb.ID+"/processes", key, nil, &list)
+		return len(list.Processes)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d processes while the terminal is open, want 1", n)
+	}
+	conn.CloseNow()
+	for count() != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the terminal's process outlived its client")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // fileURL is the path of a files call on path.
 func fileURL(id, op, p string) string {
 	u := "/v1/sandboxes/" + id + "/files"
