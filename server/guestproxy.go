@@ -1,4 +1,181 @@
 package server
 
-// guestRoutes: the sandbox daemon's own API through the server. (Being written.)
-func (s *Server) guestRoutes() {}
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+// The sandbox daemon's own API through the server. Everything a Cove
+// client does inside a sandbox (processes and their streams, files, tar,
+// port tunnels) is the daemon's API (Connect process and filesystem
+// services, /files, /cove/tar, /cove/port with Upgrade: tcp), reached at
+// /v1/sandboxes/{id}/guest/... with the team's API key. The proxy checks
+// the key and the sandbox's state, takes the prefix off the path and the
+// key out of the request, adds the daemon's access token, and passes the
+// request on as it is: streams are flushed as they come and upgraded
+// connections are spliced, so the client (guest.Client, or an E2B SDK
+// pointed at this prefix) sees the daemon itself.
+//
+// The key travels in X-API-Key, or in Authorization as a Bearer token;
+// an Authorization of any other kind is the daemon's (envd names the
+// request's user in a Basic one) and passes through.
+//
+// Each request dials the daemon afresh and no connection is kept: nothing
+// stale outlives a stop, a resume or a delete, and a dial on a unix
+// socket costs little next to the caller's round trip.
+
+func (s *Server) guestRoutes() {
+	// Any method: the proxy passes them all on.
+	s.handle("/v1/sandboxes/{id}/guest/", s.proxyGuest)
+}
+
+func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
+	rec, sess, ok := s.session(w, r, c)
+	if !ok {
+		return
+	}
+	// The record may lag the runtime, which stops a sandbox by itself
+	// at its TTL: ask the runtime too.
+	info, err := sess.Info(r.Context())
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("sandbox %s: %w", rec.ID, err))
+		return
+	}
+	if info.State != sandbox.StateRunning {
+		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, info.State, rec.ID, sandbox.ErrState))
+		return
+	}
+	var addr, token string
+	if ep, ok := sess.(guest.Endpointer); ok {
+		addr, token = ep.Endpoint()
+	}
+	network, address, ok := daemonAddr(addr)
+	if !ok {
+		writeError(w, r, http.StatusNotImplemented, api.CodeInvalid,
+			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot proxy their API")
+		return
+	}
+	end := s.begin(rec.ID)
+	defer end()
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
+	}
+	id := rec.ID
+	var d net.Dialer
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			out := pr.Out
+			out.URL.Scheme, out.URL.Host = "http", "guest"
+			out.URL.Path, out.URL.RawPath = guestPath(pr.In.URL)
+			out.Host = ""
+			out.Header.Del("X-API-Key")
+			if strings.HasPrefix(out.Header.Get("Authorization"), "Bearer ") {
+				out.Header.Del("Authorization")
+			}
+			out.Header.Del(guest.AccessTokenHeader)
+			if token != "" {
+				out.Header.Set(guest.AccessTokenHeader, token)
+			}
+		},
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				conn, err := d.DialContext(ctx, network, address)
+				if err != nil {
+					return nil, err
+				}
+				return &daemonConn{Conn: conn, s: s, id: id}, nil
+			},
+			DisableKeepAlives:  true,
+			DisableCompression: true,
+		},
+		// Process output and watch events go out as they come.
+		FlushInterval: -1,
+		// A stream cut by a stopping sandbox is routine: debug, not stderr.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var mbe *http.MaxBytesError
+			switch {
+			case r.Context().Err() != nil:
+				// The client left.
+			case errors.As(err, &mbe):
+				s.fail(w, r, fmt.Errorf("the request body is over %d bytes: %w", mbe.Limit, err))
+			default:
+				// The cause names host paths: it goes to the log only.
+				s.log.Warn("proxying to a sandbox's daemon", "request_id", requestID(r), "sandbox", id, "err", err)
+				s.fail(w, r, fmt.Errorf("the daemon of sandbox %s did not answer; retry, or stop and resume the sandbox (request id %s): %w",
+					id, requestID(r), sandbox.ErrUnavailable))
+			}
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// daemonAddr splits a daemon address (guest.NewClient's form) into what
+// to dial; only a daemon reached directly (a unix socket, or TCP with no
+// path) can be proxied.
+func daemonAddr(addr string) (network, address string, ok bool) {
+	if p, ok := strings.CutPrefix(addr, "unix://"); ok && p != "" {
+		return "unix", p, true
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "http" || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+		return "", "", false
+	}
+	return "tcp", u.Host, true
+}
+
+// guestPath is the daemon's path of a request to
+// /v1/sandboxes/{id}/guest/...: the rest, escaped as the client sent it.
+func guestPath(u *url.URL) (path, rawPath string) {
+	// "", "v1", "sandboxes", id, "guest", rest
+	parts := strings.SplitN(u.EscapedPath(), "/", 6)
+	raw := "/"
+	if len(parts) == 6 {
+		raw += parts[5]
+	}
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return raw, ""
+	}
+	return p, raw
+}
+
+// daemonConn meters the bytes of a connection to a sandbox's daemon,
+// upgraded tunnels included: written to it is in, read from it is out.
+type daemonConn struct {
+	net.Conn
+	s  *Server
+	id string
+}
+
+func (c *daemonConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.s.countOut(c.id, int64(n))
+	return n, err
+}
+
+func (c *daemonConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.s.countIn(c.id, int64(n))
+	return n, err
+}
+
+// CloseWrite passes a half-close on, so a tunnel's EOF reaches the far
+// side while the other direction goes on.
+func (c *daemonConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -88,6 +88,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	end := s.begin(rec.ID)
 	defer end()
+	started, failed := time.Now(), true
+	defer func() { s.metrics.exec(time.Since(started), failed) }()
 	es := newEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
 	defer es.close()
 	xr := sandbox.ExecRequest{
@@ -129,6 +131,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		procs.hold(rec.ID, pid, es.takeHeld())
 		es.start(pid, nil)
+		failed = false
 		return
 	}
 	es.start(pid, nil)
@@ -143,6 +146,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		es.fail(s.public(r, err))
 	default:
 		es.exit(st)
+		failed = false
 	}
 	procs.remove(rec.ID, pid)
 }
@@ -497,17 +501,8 @@ type procEntry struct {
 // that no longer run are dropped.
 const maxProcEntries = 1024
 
-// procTables holds each Server's table. (It would be a Server field; the
-// struct belongs to server.go.)
-var procTables sync.Map // *Server -> *procTable
-
-func (s *Server) procs() *procTable {
-	if t, ok := procTables.Load(s); ok {
-		return t.(*procTable)
-	}
-	t, _ := procTables.LoadOrStore(s, &procTable{m: map[string]map[int]*procEntry{}})
-	return t.(*procTable)
-}
+// procs is the server's table of the background processes it started.
+func (s *Server) procs() *procTable { return s.procTable }
 
 func (t *procTable) add(sandboxID string, p sandbox.Process) {
 	t.mu.Lock()

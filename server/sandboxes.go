@@ -213,48 +213,58 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 	if !s.decode(w, r, &req) {
 		return
 	}
-	spec, rec, m, err := s.specFor(req, c.team)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	// The client leaving must not leave a sandbox half made.
 	ctx := context.WithoutCancel(r.Context())
-	start := s.cfg.Now()
-	s.createMu.Lock()
-	if err := s.admit(ctx, c.team, spec); err != nil {
-		s.createMu.Unlock()
+	start := time.Now()
+	rec, sess, err := s.createRecorded(ctx, c.team, req)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	sess, err := s.cfg.Runtime.Create(ctx, spec)
-	if err != nil {
-		s.createMu.Unlock()
-		s.fail(w, r, fmt.Errorf("creating the sandbox: %w", err))
-		return
-	}
-	now := s.cfg.Now()
-	rec.ID, rec.State, rec.CreatedAt, rec.StartedAt, rec.LastActivity = sess.ID(), store.StateRunning, now, now, now
-	rec.Deadline = now.Add(spec.TTL)
-	err = s.cfg.Store.PutSandbox(ctx, rec)
-	s.createMu.Unlock()
-	if err != nil {
-		s.cfg.Runtime.Delete(ctx, sess.ID())
-		s.fail(w, r, fmt.Errorf("recording sandbox %s: %w", sess.ID(), err))
-		return
-	}
-	if m != nil {
-		// Host paths in a tenant's manifest would read the server's own
-		// files: local_file and local_dir are confined to an empty
-		// directory, which refuses them.
-		if err := manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir()}); err != nil {
+	if len(req.Manifest) > 0 {
+		m, err := manifest.Parse(req.Manifest) // checked by specFor already
+		if err == nil {
+			// Host paths in a tenant's manifest would read the server's
+			// own files: local_file and local_dir are confined to an
+			// empty directory, which refuses them.
+			err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir()})
+		}
+		if err != nil {
 			s.remove(ctx, rec.ID)
 			s.fail(w, r, fmt.Errorf("applying the manifest (the sandbox was deleted): %w", err))
 			return
 		}
 	}
-	s.metrics.created(s.cfg.Now().Sub(start))
+	s.metrics.created(time.Since(start))
 	writeJSON(w, http.StatusCreated, s.view(rec))
+}
+
+// createRecorded makes a running sandbox for team from a create request
+// (its manifest is the caller's to apply) and records it: the steps of
+// POST /v1/sandboxes, for creates whose workspace comes from elsewhere.
+// On error nothing is left behind.
+func (s *Server) createRecorded(ctx context.Context, team string, req api.CreateSandbox) (store.Sandbox, sandbox.Session, error) {
+	spec, rec, _, err := s.specFor(req, team)
+	if err != nil {
+		return rec, nil, err
+	}
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if err := s.admit(ctx, team, spec); err != nil {
+		return rec, nil, err
+	}
+	sess, err := s.cfg.Runtime.Create(ctx, spec)
+	if err != nil {
+		return rec, nil, fmt.Errorf("creating the sandbox: %w", err)
+	}
+	now := s.cfg.Now()
+	rec.ID, rec.State, rec.CreatedAt, rec.StartedAt, rec.LastActivity = sess.ID(), store.StateRunning, now, now, now
+	rec.Deadline = now.Add(spec.TTL)
+	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
+		s.cfg.Runtime.Delete(ctx, sess.ID())
+		return rec, nil, fmt.Errorf("recording sandbox %s: %w", sess.ID(), err)
+	}
+	return rec, sess, nil
 }
 
 // emptyDir is a directory with nothing in it, for manifest base dirs.

@@ -78,7 +78,7 @@ func TestBadCreateInput(t *testing.T) {
 	key := ts.teamKey(t, "gamma")
 	for _, tc := range []struct {
 		name, body, want string
-		status         int
+		status           int
 	}{
 		{"malformed", `{"template":`, "malformed JSON", 400},
 		{"unknown field", `{"tempate":"host"}`, `unknown field "tempate"`, 400},

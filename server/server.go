@@ -84,9 +84,12 @@ type Server struct {
 	createMu sync.Mutex
 
 	metrics *metrics
-	done    chan struct{}
-	wg      sync.WaitGroup
-	closed  atomic.Bool
+	// procTable keeps the handles of background processes started
+	// through the API (io.go).
+	procTable *procTable
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closed    atomic.Bool
 }
 
 type traffic struct{ in, out atomic.Int64 }
@@ -122,7 +125,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
-		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{})}
+		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}),
+		procTable: &procTable{m: map[string]map[int]*procEntry{}}}
 	s.routes()
 	return s, nil
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/store"
 )
@@ -253,34 +252,6 @@ func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) b
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	return s.decode(w, r, v)
-}
-
-// createRecorded makes a running sandbox for team from a create request
-// (its manifest is the caller's to apply) and records it: the steps of
-// POST /v1/sandboxes, for creates whose workspace comes from elsewhere.
-// On error nothing is left behind.
-func (s *Server) createRecorded(ctx context.Context, team string, req api.CreateSandbox) (store.Sandbox, sandbox.Session, error) {
-	spec, rec, _, err := s.specFor(req, team)
-	if err != nil {
-		return rec, nil, err
-	}
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-	if err := s.admit(ctx, team, spec); err != nil {
-		return rec, nil, err
-	}
-	sess, err := s.cfg.Runtime.Create(ctx, spec)
-	if err != nil {
-		return rec, nil, fmt.Errorf("creating the sandbox: %w", err)
-	}
-	now := s.cfg.Now()
-	rec.ID, rec.State, rec.CreatedAt, rec.StartedAt, rec.LastActivity = sess.ID(), store.StateRunning, now, now, now
-	rec.Deadline = now.Add(spec.TTL)
-	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
-		s.cfg.Runtime.Delete(ctx, sess.ID())
-		return rec, nil, fmt.Errorf("recording sandbox %s: %w", sess.ID(), err)
-	}
-	return rec, sess, nil
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
