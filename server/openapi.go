@@ -1,6 +1,280 @@
 package server
 
-import "net/http"
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
 
-// openapi serves the OpenAPI document. (Being written.)
-func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {}
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+// routeDoc documents one route for the OpenAPI document. The table below
+// is the one list of the API's routes: a test checks that it and the
+// routes the server registers are the same set.
+type routeDoc struct {
+	Pattern string // as registered: "METHOD /path/{param}" or "/path" for any method
+	Summary string
+	Query   []string // query parameters, "name: description"
+	Request any      // JSON body type (a zero value), or a content type string
+	// Response is the JSON body type, a content type string, or nil for
+	// 204.
+	Response any
+	Status   int  // success status; 0 means 200
+	Public   bool // no API key
+}
+
+// The content types of non-JSON bodies.
+const (
+	ndjson  = "application/x-ndjson"
+	octets  = "application/octet-stream"
+	tarType = "application/x-tar"
+	wsBody  = "websocket"
+	anyBody = "*/*"
+)
+
+var routeDocs = []routeDoc{
+	{Pattern: "GET /health", Summary: "Liveness: {\"status\":\"ok\"}", Response: map[string]string{}, Public: true},
+	{Pattern: "GET /openapi.json", Summary: "This document", Response: map[string]any{}, Public: true},
+	{Pattern: "GET /metrics", Summary: "Prometheus metrics (text exposition format)", Response: "text/plain", Public: true},
+
+	{Pattern: "POST /v1/keys", Summary: "Make an API key (its secret is in this response only); admin keys may name another or a new team", Request: api.CreateKey{}, Response: api.Key{}, Status: 201},
+	{Pattern: "GET /v1/keys", Summary: "List the team's keys (admin: ?all=true for every team)", Query: []string{"all: true for every team's keys (admin)"}, Response: struct {
+		Keys []api.Key `json:"keys"`
+	}{}},
+	{Pattern: "DELETE /v1/keys/{id}", Summary: "Revoke a key"},
+
+	{Pattern: "POST /v1/sandboxes", Summary: "Create a sandbox", Request: api.CreateSandbox{}, Response: api.Sandbox{}, Status: 201},
+	{Pattern: "GET /v1/sandboxes", Summary: "List the team's sandboxes, a page at a time", Query: []string{"state: running or stopped", "label: key=value (repeatable; all must match)", "limit: 1 to 1000 (default 100)", "cursor: next_cursor of the previous page"}, Response: api.SandboxList{}},
+	{Pattern: "GET /v1/sandboxes/{id}", Summary: "Describe a sandbox (does not count as activity)", Response: api.Sandbox{}},
+	{Pattern: "DELETE /v1/sandboxes/{id}", Summary: "Delete a sandbox and its disk"},
+	{Pattern: "POST /v1/sandboxes/{id}/stop", Summary: "Stop a sandbox, keeping its disk", Response: api.Sandbox{}},
+	{Pattern: "POST /v1/sandboxes/{id}/resume", Summary: "Resume a stopped sandbox with its disk; its TTL starts again", Response: api.Sandbox{}},
+	{Pattern: "POST /v1/sandboxes/{id}/fork", Summary: "Copy a sandbox's disk into a new running sandbox", Response: api.Sandbox{}, Status: 201},
+	{Pattern: "POST /v1/sandboxes/{id}/ttl", Summary: "Set the TTL: the sandbox expires ttl_seconds from now", Request: api.SetTTL{}, Response: api.Sandbox{}},
+
+	{Pattern: "POST /v1/sandboxes/{id}/exec", Summary: "Run a command; the response streams api.ExecEvent lines (start, stdout, stderr, exit)", Request: api.Exec{}, Response: ndjson},
+	{Pattern: "GET /v1/sandboxes/{id}/pty", Summary: "Interactive terminal over WebSocket: binary frames are terminal bytes, text frames api.PTYMessage (resize in, exit out)", Query: []string{"cmd: command line (default: bash or sh)", "cols: terminal width", "rows: terminal height"}, Response: wsBody, Status: 101},
+	{Pattern: "GET /v1/sandboxes/{id}/processes", Summary: "List the running background processes", Response: api.ProcessList{}},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/attach", Summary: "Stream a background process's output from where the last reader left (NDJSON, as exec)", Response: ndjson},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Summary: "Signal a process (TERM, KILL, INT, HUP, QUIT, USR1, USR2 or a number)", Request: api.Signal{}},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin", Summary: "Write the body to the process's standard input", Request: octets},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/stdin/close", Summary: "Close the process's standard input"},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/tag/{tag}/attach", Summary: "Attach, naming the process by its tag", Response: ndjson},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/tag/{tag}/signal", Summary: "Signal, naming the process by its tag", Request: api.Signal{}},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/tag/{tag}/stdin", Summary: "Write to standard input, naming the process by its tag", Request: octets},
+	{Pattern: "POST /v1/sandboxes/{id}/processes/tag/{tag}/stdin/close", Summary: "Close standard input, naming the process by its tag"},
+
+	{Pattern: "GET /v1/sandboxes/{id}/files", Summary: "Read a file", Query: []string{"path: in the workspace (relative, or absolute inside it)"}, Response: octets},
+	{Pattern: "PUT /v1/sandboxes/{id}/files", Summary: "Write a file from the body, making its parents", Query: []string{"path: in the workspace", "mode: permission bits in octal (default 644)"}, Request: octets},
+	{Pattern: "DELETE /v1/sandboxes/{id}/files", Summary: "Delete a file or a directory tree", Query: []string{"path: in the workspace"}},
+	{Pattern: "GET /v1/sandboxes/{id}/files/stat", Summary: "Describe a file", Query: []string{"path: in the workspace"}, Response: api.FileInfo{}},
+	{Pattern: "GET /v1/sandboxes/{id}/files/list", Summary: "List a directory", Query: []string{"path: in the workspace", "depth: levels, 1 to 64 (default 1)"}, Response: api.FileList{}},
+	{Pattern: "POST /v1/sandboxes/{id}/files/mkdir", Summary: "Make a directory and its parents", Query: []string{"path: in the workspace"}},
+	{Pattern: "POST /v1/sandboxes/{id}/files/move", Summary: "Rename a file or directory", Request: api.Move{}},
+	{Pattern: "GET /v1/sandboxes/{id}/tar", Summary: "Download a directory as a tar stream", Query: []string{"path: a directory in the workspace (default the workspace)"}, Response: tarType},
+	{Pattern: "PUT /v1/sandboxes/{id}/tar", Summary: "Upload a tar into a directory (members with .., absolute names, devices or links out are refused, naming the member)", Query: []string{"path: a directory in the workspace (default the workspace)"}, Request: tarType},
+
+	{Pattern: "POST /v1/sandboxes/{id}/snapshots", Summary: "Save the workspace as a snapshot", Response: api.Snapshot{}, Status: 201},
+	{Pattern: "GET /v1/snapshots", Summary: "List the team's snapshots", Response: api.SnapshotList{}},
+	{Pattern: "GET /v1/snapshots/{sid}", Summary: "Describe a snapshot", Response: api.Snapshot{}},
+	{Pattern: "GET /v1/snapshots/{sid}/download", Summary: "Download a snapshot's tar", Response: tarType},
+	{Pattern: "POST /v1/snapshots/{sid}/restore", Summary: "Create a new sandbox (optional body as for create, without a manifest) with the snapshot's workspace", Request: api.CreateSandbox{}, Response: api.Sandbox{}, Status: 201},
+	{Pattern: "DELETE /v1/snapshots/{sid}", Summary: "Delete a snapshot"},
+
+	{Pattern: "POST /v1/sandboxes/{id}/ports/{port}", Summary: "Expose a port of the sandbox through the server (private with a token unless public)", Request: api.ExposePort{}, Response: api.Port{}, Status: 201},
+	{Pattern: "GET /v1/sandboxes/{id}/ports", Summary: "List the exposed ports", Response: struct {
+		Ports []api.Port `json:"ports"`
+	}{}},
+	{Pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", Summary: "Stop exposing a port"},
+	{Pattern: "/p/{id}/{port}/{rest...}", Summary: "Proxy (HTTP and WebSocket) to an exposed port; a private port wants its token in X-Cove-Port-Token or ?cove_token= (then a cookie). Also served by host name {port}-{id}.{domain}", Request: anyBody, Response: anyBody, Public: true},
+
+	{Pattern: "GET /v1/usage", Summary: "Metered use and cost of the team's sandboxes", Query: []string{"from: RFC 3339 (default the start of this month)", "to: RFC 3339 (default now)", "team: another team (admin)"}, Response: api.UsageReport{}},
+
+	{Pattern: "/v1/sandboxes/{id}/guest/", Summary: "The sandbox daemon's own API (envd-compatible Connect RPC, /files, /cove/tar, /cove/port tunnels), for Cove's Go client and E2B-style SDKs", Request: anyBody, Response: anyBody},
+}
+
+var (
+	openapiOnce sync.Once
+	openapiDoc  []byte
+)
+
+// openapi serves the OpenAPI 3 document built from routeDocs and the api
+// package's types.
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	openapiOnce.Do(func() { openapiDoc, _ = json.MarshalIndent(buildOpenAPI(), "", "  ") })
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openapiDoc)
+}
+
+var pathParam = regexp.MustCompile(`\{([a-z]+)(\.\.\.)?\}`)
+
+// docPath turns a mux pattern into an OpenAPI path and method ("" for
+// every method).
+func docPath(pattern string) (method, path string) {
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, path = "", pattern
+	}
+	if strings.HasSuffix(path, "/") {
+		path += "{path}"
+	}
+	return method, pathParam.ReplaceAllString(path, "{$1}")
+}
+
+func buildOpenAPI() map[string]any {
+	schemas := map[string]any{}
+	paths := map[string]map[string]any{}
+	errResp := map[string]any{"description": "error", "content": map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(api.Error{}), schemas)}}}
+	for _, d := range routeDocs {
+		method, path := docPath(d.Pattern)
+		op := map[string]any{"summary": d.Summary, "responses": map[string]any{}}
+		if !d.Public {
+			op["security"] = []any{map[string]any{"bearer": []any{}}, map[string]any{"apiKey": []any{}}}
+		}
+		var params []any
+		for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
+			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+		}
+		for _, q := range d.Query {
+			name, desc, _ := strings.Cut(q, ": ")
+			params = append(params, map[string]any{"name": name, "in": "query", "description": desc, "schema": map[string]any{"type": "string"}})
+		}
+		if params != nil {
+			op["parameters"] = params
+		}
+		if d.Request != nil {
+			op["requestBody"] = map[string]any{"content": content(d.Request, schemas)}
+		}
+		status := d.Status
+		if status == 0 {
+			status = 200
+			if d.Response == nil {
+				status = 204
+			}
+		}
+		resp := map[string]any{"description": http.StatusText(status)}
+		if d.Response != nil && d.Response != wsBody {
+			resp["content"] = content(d.Response, schemas)
+		}
+		rs := op["responses"].(map[string]any)
+		rs[itoa(status)] = resp
+		rs["default"] = errResp
+		if paths[path] == nil {
+			paths[path] = map[string]any{}
+		}
+		methods := []string{strings.ToLower(method)}
+		if method == "" {
+			methods = []string{"get", "post", "put", "patch", "delete"}
+		}
+		for _, m := range methods {
+			paths[path][m] = op
+		}
+	}
+	return map[string]any{
+		"openapi": "3.0.3",
+		"info": map[string]any{"title": "Cove API", "version": "1",
+			"description": "Sandboxes for AI agents, self-hosted. Errors are {code, message, request_id} with the HTTP status of their code."},
+		"paths": paths,
+		"components": map[string]any{
+			"schemas": schemas,
+			"securitySchemes": map[string]any{
+				"bearer": map[string]any{"type": "http", "scheme": "bearer", "description": "Authorization: Bearer cove_..."},
+				"apiKey": map[string]any{"type": "apiKey", "in": "header", "name": "X-API-Key"},
+			},
+		},
+	}
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func content(body any, schemas map[string]any) map[string]any {
+	if ct, ok := body.(string); ok {
+		schema := map[string]any{"type": "string", "format": "binary"}
+		if ct == ndjson {
+			schema = map[string]any{"$ref": "#/components/schemas/ExecEvent"}
+			schemaOf(reflect.TypeOf(api.ExecEvent{}), schemas)
+		}
+		return map[string]any{ct: map[string]any{"schema": schema}}
+	}
+	return map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(body), schemas)}}
+}
+
+var timeType = reflect.TypeOf(time.Time{})
+
+// schemaOf is the JSON schema of a Go type as encoding/json writes it;
+// named structs go to components and are referenced.
+func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
+	switch {
+	case t == timeType:
+		return map[string]any{"type": "string", "format": "date-time"}
+	case t == reflect.TypeOf(json.RawMessage{}):
+		return map[string]any{"type": "object", "description": "an Agents SDK manifest"}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		s := schemaOf(t.Elem(), schemas)
+		return map[string]any{"allOf": []any{s}, "nullable": true}
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return map[string]any{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return map[string]any{"type": "string", "format": "byte"}
+		}
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), schemas)}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": schemaOf(t.Elem(), schemas)}
+	case reflect.Interface:
+		return map[string]any{}
+	case reflect.Struct:
+		name := t.Name()
+		if name != "" {
+			if _, done := schemas[name]; done {
+				return map[string]any{"$ref": "#/components/schemas/" + name}
+			}
+			schemas[name] = map[string]any{} // placeholder against recursion
+		}
+		props := map[string]any{}
+		var required []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			fname, opts, _ := strings.Cut(tag, ",")
+			if fname == "" {
+				fname = f.Name
+			}
+			props[fname] = schemaOf(f.Type, schemas)
+			if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+				required = append(required, fname)
+			}
+		}
+		s := map[string]any{"type": "object", "properties": props}
+		if len(required) > 0 {
+			s["required"] = required
+		}
+		if name == "" {
+			return s
+		}
+		schemas[name] = s
+		return map[string]any{"$ref": "#/components/schemas/" + name}
+	}
+	return map[string]any{}
+}

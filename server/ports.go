@@ -54,7 +54,7 @@ func (s *Server) portRoutes() {
 	s.handle("DELETE /v1/sandboxes/{id}/ports/{port}", s.unexposePort)
 	// Any method: the proxy passes them all on. The mux redirects
 	// /p/{id}/{port} to /p/{id}/{port}/ so an app's relative links work.
-	s.mux.HandleFunc("/p/{id}/{port}/{rest...}", s.servePortByPath)
+	s.route("/p/{id}/{port}/{rest...}", http.HandlerFunc(s.servePortByPath))
 }
 
 // portNumber reads the {port} path value: 1 to 65535.

@@ -73,6 +73,8 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// patterns are the registered routes (set up once in New).
+	patterns []string
 
 	// mu guards active (open streams and connections per sandbox) and
 	// traffic (bytes in and out per sandbox since the last meter).
@@ -133,9 +135,9 @@ func New(cfg Config) (*Server, error) {
 
 // routes registers every endpoint. Each group lives in its own file.
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
-	s.mux.HandleFunc("GET /openapi.json", s.openapi)
-	s.mux.HandleFunc("GET /metrics", s.serveMetrics)
+	s.route("GET /health", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) }))
+	s.route("GET /openapi.json", http.HandlerFunc(s.openapi))
+	s.route("GET /metrics", http.HandlerFunc(s.serveMetrics))
 	s.keyRoutes()
 	s.sandboxRoutes()
 	s.ioRoutes()
@@ -147,7 +149,14 @@ func (s *Server) routes() {
 
 // handle registers an authenticated API endpoint.
 func (s *Server) handle(pattern string, h func(w http.ResponseWriter, r *http.Request, c *caller)) {
-	s.mux.Handle(pattern, s.authed(h))
+	s.route(pattern, s.authed(h))
+}
+
+// route registers an endpoint and remembers its pattern, so a test can
+// hold the OpenAPI document to the routes that exist.
+func (s *Server) route(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
 }
 
 // Handler is the server's HTTP handler: request ids, access logs, panics
