@@ -1,8 +1,10 @@
 package guest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,26 +24,36 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
-// Client talks to one daemon. It dials a fresh connection whenever the old
-// one is gone, retrying a refused dial for a short while, so a daemon that
-// restarts (or a sandbox that resumes) is reconnected without the caller
-// noticing. Safe for concurrent use.
+// Client talks to one daemon, directly (a unix socket, or TCP to the
+// daemon's own listener) or through an HTTP(S) proxy in front of it (the
+// Cove server's /v1/sandboxes/{id}/guest). Directly, it dials a fresh
+// connection whenever the old one is gone, retrying a refused dial for a
+// short while, so a daemon that restarts (or a sandbox that resumes) is
+// reconnected without the caller noticing. Safe for concurrent use.
 type Client struct {
 	// Process and FS are the Connect clients for the two services.
 	Process processconnect.ProcessClient
 	FS      filesystemconnect.FilesystemClient
 
-	addr  string
-	base  string
-	token string
-	user  string
+	addr   string
+	base   string // scheme://host plus the proxy's path prefix, if any
+	token  string
+	user   string
+	header http.Header
+	check  func(*http.Response) error
+	// proxied: the daemon is behind an HTTP(S) proxy (see NewClient).
+	proxied bool
+	// ownHTTP: rpc and bulk are the Client's own, for Close to clean up.
+	ownHTTP bool
 	// rpc multiplexes the filesystem service (and its watch streams) over
 	// HTTP/2; bulk serves the process service, files and tunnels over plain
 	// HTTP/1.1 connections, which take fewer goroutine hand-offs per
 	// request (measured: about 0.2 ms off an exec round trip) and move
-	// large bodies faster.
+	// large bodies faster. Through a proxy both are the same client.
 	rpc  *http.Client
 	bulk *http.Client
+	// dial opens a connection for a tunnel (and, directly, for every
+	// request): to the daemon, or to the proxy with TLS for https.
 	dial func(ctx context.Context) (net.Conn, error)
 }
 
@@ -52,29 +65,65 @@ type ClientOptions struct {
 	// default).
 	User string
 	// DialRetry is how long a refused connection is retried; 0 means 3s.
+	// Only for a daemon reached directly.
 	DialRetry time.Duration
+
+	// Header is added to every request: a proxy's credentials (the Cove
+	// server takes its API key in X-API-Key; Authorization is envd's, it
+	// names the request's user).
+	Header http.Header
+	// HTTPClient sends the requests to a proxied daemon; nil means a
+	// client of the Client's own. Its Timeout must be 0: process streams
+	// and tunnels last as long as the process or connection. Tunnels
+	// (DialPort) dial their own connection, with the Transport's
+	// DialContext and TLSClientConfig when it is an *http.Transport.
+	HTTPClient *http.Client
+	// CheckResponse, when set, sees every response from a proxied daemon
+	// before the Client does and may turn it into an error: a proxy
+	// answers some requests itself (an unknown key, a stopped sandbox) in
+	// its own error format, which only its caller knows how to map to the
+	// sandbox sentinels. The error is returned as is; the response's body
+	// is the callee's to restore when it returns nil after reading it.
+	CheckResponse func(*http.Response) error
 }
 
 // NewClient returns a client for the daemon at addr: "unix:///path/to.sock"
-// or "http://host:port".
+// or "http://host:port" for the daemon itself, or the URL of a proxy in
+// front of a daemon, "https://host[:port]/prefix" or
+// "http://host:port/prefix" (e.g.
+// "https://cove.example.com/v1/sandboxes/sb-1/guest"), whose path
+// prefixes every daemon path. A proxied daemon is spoken to over
+// HTTP/1.1, or HTTP/2 when TLS negotiates it: a proxy need not pass h2c
+// through. A tunnel to a proxied daemon is an HTTP/1.1 Upgrade request on
+// a fresh connection to the proxy.
 func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.DialRetry <= 0 {
 		opts.DialRetry = 3 * time.Second
 	}
-	var network, address, base string
+	c := &Client{addr: addr, token: opts.AccessToken, user: opts.User, header: opts.Header.Clone(), check: opts.CheckResponse}
+	var network, address string
 	switch {
 	case strings.HasPrefix(addr, "unix://"):
-		network, address, base = "unix", strings.TrimPrefix(addr, "unix://"), "http://guest"
-	case strings.HasPrefix(addr, "http://"):
+		network, address, c.base = "unix", strings.TrimPrefix(addr, "unix://"), "http://guest"
+	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
 		u, err := url.Parse(addr)
-		if err != nil {
-			return nil, fmt.Errorf("parsing guest address %q: %w", addr, sandbox.ErrInvalid)
+		if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("guest address %q: want http(s)://host[:port][/prefix], no user, query or fragment: %w", addr, sandbox.ErrInvalid)
 		}
-		network, address, base = "tcp", u.Host, "http://"+u.Host
+		prefix := strings.TrimSuffix(u.EscapedPath(), "/")
+		c.base = u.Scheme + "://" + u.Host + prefix
+		c.proxied = u.Scheme == "https" || prefix != "" || opts.HTTPClient != nil
+		network, address = "tcp", u.Host
+		if u.Port() == "" {
+			address = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+		}
+		if c.proxied {
+			c.proxy(u, address, opts.HTTPClient)
+			return c, nil
+		}
 	default:
-		return nil, fmt.Errorf("guest address %q: want unix:///path or http://host:port: %w", addr, sandbox.ErrInvalid)
+		return nil, fmt.Errorf("guest address %q: want unix:///path, http://host:port or the URL of a proxy: %w", addr, sandbox.ErrInvalid)
 	}
-	c := &Client{addr: addr, base: base, token: opts.AccessToken, user: opts.User}
 	var d net.Dialer
 	c.dial = func(ctx context.Context) (net.Conn, error) {
 		deadline := time.Now().Add(opts.DialRetry)
@@ -103,20 +152,188 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 		WriteBufferSize: 256 << 10, ReadBufferSize: 256 << 10}
 	c.rpc = &http.Client{Transport: h2}
 	c.bulk = &http.Client{Transport: h1}
-	copts := connect.WithInterceptors(headerInterceptor{c})
-	c.Process = processconnect.NewProcessClient(c.bulk, base, copts)
-	c.FS = filesystemconnect.NewFilesystemClient(c.rpc, base, copts)
+	c.ownHTTP = true
+	c.connectClients()
 	return c, nil
 }
 
-// Close drops idle connections.
+// proxy sets c up for a daemon behind the proxy at u (address is its
+// host:port): one HTTP client for everything, which sees CheckResponse
+// first, and a dialer for tunnels.
+func (c *Client) proxy(u *url.URL, address string, hc *http.Client) {
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 16
+		hc = &http.Client{Transport: tr}
+		c.ownHTTP = true
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	dialTCP := (&net.Dialer{}).DialContext
+	var tlsConf *tls.Config
+	if tr, ok := base.(*http.Transport); ok {
+		if tr.DialContext != nil {
+			dialTCP = tr.DialContext
+		}
+		tlsConf = tr.TLSClientConfig
+	}
+	if c.check != nil {
+		hcc := *hc
+		hcc.Transport = checkTransport{base: base, check: c.check}
+		hc = &hcc
+	}
+	c.rpc, c.bulk = hc, hc
+	https := u.Scheme == "https"
+	c.dial = func(ctx context.Context) (net.Conn, error) {
+		conn, err := dialTCP(ctx, "tcp", address)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w: %w", address, sandbox.ErrUnavailable, err)
+		}
+		if !https {
+			return conn, nil
+		}
+		conf := &tls.Config{}
+		if tlsConf != nil {
+			conf = tlsConf.Clone()
+		}
+		if conf.ServerName == "" {
+			conf.ServerName = u.Hostname()
+		}
+		// An Upgrade needs HTTP/1.1.
+		conf.NextProtos = []string{"http/1.1"}
+		tc := tls.Client(conn, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", address, err)
+		}
+		return tc, nil
+	}
+	c.connectClients()
+}
+
+func (c *Client) connectClients() {
+	copts := connect.WithInterceptors(headerInterceptor{c})
+	c.Process = processconnect.NewProcessClient(c.bulk, c.base, copts)
+	c.FS = filesystemconnect.NewFilesystemClient(c.rpc, c.base, copts)
+}
+
+// checkTransport hands every response to a ClientOptions.CheckResponse.
+type checkTransport struct {
+	base  http.RoundTripper
+	check func(*http.Response) error
+}
+
+func (t checkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.check(resp); err != nil {
+		resp.Body.Close()
+		return nil, &checkedError{err}
+	}
+	return resp, nil
+}
+
+func (t checkTransport) CloseIdleConnections() {
+	if ci, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
+// checkedError is CheckResponse's verdict on a response. However deep the
+// HTTP and Connect clients wrap it, wireError returns it as it was.
+type checkedError struct{ err error }
+
+func (e *checkedError) Error() string { return e.err.Error() }
+func (e *checkedError) Unwrap() error { return e.err }
+
+// Endpointer is a session whose daemon the host can reach itself: the
+// Cove server proxies the daemon's API to its callers with it.
+type Endpointer interface {
+	// Endpoint returns the daemon's address, as NewClient takes it, and
+	// its access token; "" when the daemon is behind a proxy (its
+	// credentials are not the daemon's).
+	Endpoint() (addr, token string)
+}
+
+// Endpoint implements Endpointer.
+func (c *Client) Endpoint() (addr, token string) {
+	if c.proxied {
+		return "", ""
+	}
+	return c.addr, c.token
+}
+
+// dialPort is DialPort, with CheckResponse asked first about a refusal
+// from a proxy.
+func (c *Client) dialPort(ctx context.Context, port int) (net.Conn, error) {
+	if c.check == nil || !c.proxied {
+		return c.DialPort(ctx, port)
+	}
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: want 1 to 65535: %w", port, sandbox.ErrInvalid)
+	}
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/cove/port/"+strconv.Itoa(port), nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tcp")
+	c.setHeaders(req.Header)
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	// The handshake must end when ctx does, deadline or not.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	br := bufio.NewReader(conn)
+	err = req.Write(conn)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if !stop() {
+		err = ctx.Err()
+	}
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, wireError(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer conn.Close()
+		defer resp.Body.Close()
+		if err := c.check(resp); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("dialing port %d: %w", port, httpError(resp))
+	}
+	conn.SetDeadline(time.Time{})
+	return &bufConn{Conn: conn, r: br}, nil
+}
+
+// Close drops idle connections (not those of a ClientOptions.HTTPClient,
+// which may serve others).
 func (c *Client) Close() error {
+	if !c.ownHTTP {
+		return nil
+	}
 	c.rpc.CloseIdleConnections()
-	c.bulk.CloseIdleConnections()
+	if c.bulk != c.rpc {
+		c.bulk.CloseIdleConnections()
+	}
 	return nil
 }
 
 func (c *Client) setHeaders(h http.Header) {
+	for k, v := range c.header {
+		h[k] = v
+	}
 	if c.token != "" {
 		h.Set(AccessTokenHeader, c.token)
 	}
@@ -194,6 +411,10 @@ func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 func wireError(err error) error {
 	if err == nil {
 		return nil
+	}
+	var checked *checkedError
+	if errors.As(err, &checked) {
+		return checked.err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -396,8 +396,14 @@ func (s *Session) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	return s.c.DialPort(ctx, port)
+	return s.c.dialPort(ctx, port)
 }
+
+var _ Endpointer = (*Session)(nil)
+
+// Endpoint implements Endpointer: the address and access token of the
+// session's daemon.
+func (s *Session) Endpoint() (addr, token string) { return s.c.Endpoint() }
 
 func fileInfo(e *fspb.EntryInfo) sandbox.FileInfo {
 	fi := sandbox.FileInfo{
