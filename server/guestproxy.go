@@ -94,7 +94,8 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 				if err != nil {
 					return nil, err
 				}
-				return &daemonConn{Conn: conn, s: s, id: id}, nil
+				// Metered at the connection, so tunnels count too.
+				return &countedConn{Conn: conn, s: s, id: id}, nil
 			},
 			DisableKeepAlives:  true,
 			DisableCompression: true,
@@ -149,33 +150,4 @@ func guestPath(u *url.URL) (path, rawPath string) {
 		return raw, ""
 	}
 	return p, raw
-}
-
-// daemonConn meters the bytes of a connection to a sandbox's daemon,
-// upgraded tunnels included: written to it is in, read from it is out.
-type daemonConn struct {
-	net.Conn
-	s  *Server
-	id string
-}
-
-func (c *daemonConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.s.countOut(c.id, int64(n))
-	return n, err
-}
-
-func (c *daemonConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.s.countIn(c.id, int64(n))
-	return n, err
-}
-
-// CloseWrite passes a half-close on, so a tunnel's EOF reaches the far
-// side while the other direction goes on.
-func (c *daemonConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }

@@ -118,7 +118,7 @@ func TestGuestProxySession(t *testing.T) {
 	if _, err := s.DialPort(ctx, 1); !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("DialPort to a closed port: %v, want ErrUnavailable", err)
 	}
-	waitFor(t, "the proxy to end its streams", func() bool { return !ts.busy(sb.ID) })
+	eventually(t, "the proxy to end its streams", func() bool { return !ts.busy(sb.ID) })
 }
 
 // TestGuestProxyRequests checks what reaches the daemon, with a fake
@@ -177,7 +177,7 @@ func TestGuestProxyRequests(t *testing.T) {
 	}
 	close(d.release)
 	resp.Body.Close()
-	waitFor(t, "the stream to end", func() bool { return !ts.busy(sb.ID) })
+	eventually(t, "the stream to end", func() bool { return !ts.busy(sb.ID) })
 
 	// A tunnel through guest.Client, as the remote runtime opens one.
 	c, err := guest.NewClient(prefix, guest.ClientOptions{Header: http.Header{"X-Api-Key": {key}}})
@@ -200,7 +200,7 @@ func TestGuestProxyRequests(t *testing.T) {
 	if err != nil || string(echo) != "ping" {
 		t.Errorf("echo through the tunnel: %q %v", echo, err)
 	}
-	waitFor(t, "the tunnel to end", func() bool { return !ts.busy(sb.ID) })
+	eventually(t, "the tunnel to end", func() bool { return !ts.busy(sb.ID) })
 
 	// The daemon gone: 503, and the cause (a host path) stays in the log.
 	d.srv.Close()
@@ -208,6 +208,14 @@ func TestGuestProxyRequests(t *testing.T) {
 	if code != http.StatusServiceUnavailable || apiError(t, data).Code != api.CodeUnavailable || strings.Contains(string(data), d.sock) {
 		t.Errorf("daemon gone: %d %s, want 503 unavailable without the socket path", code, data)
 	}
+
+	// Every byte to and from the daemon is metered, the tunnel's too
+	// (recorded at the latest when the sandbox stops).
+	ts.must(t, http.StatusOK, "POST", "/v1/sandboxes/"+sb.ID+"/stop", key, nil, nil)
+	eventually(t, "the proxied bytes metered", func() bool {
+		u := ts.usageOver(t, key, time.Now().Add(-time.Hour), time.Now().Add(time.Hour)).Total
+		return u.BytesIn > int64(len("ping")) && u.BytesOut > int64(len("ping"))
+	})
 }
 
 // TestGuestProxyNoEndpoint: a runtime whose sessions do not say where
@@ -293,14 +301,4 @@ func startFakeDaemon(t *testing.T) *fakeDaemon {
 	go d.srv.Serve(l)
 	t.Cleanup(func() { d.srv.Close() })
 	return d
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
