@@ -1,0 +1,341 @@
+// Package remote is a sandbox.Runtime that is a client of a Cove server
+// (`cove serve`). Sandboxes are created, listed, stopped, resumed, forked
+// and deleted through the server's /v1 JSON API; everything inside one
+// (processes and their streams, files, tar, port tunnels) goes to the
+// sandbox's own daemon through the server's proxy at
+// /v1/sandboxes/{id}/guest, so a remote session is the same guest.Session
+// every other runtime hands out. The server's errors come back as the
+// sandbox package's sentinels, so errors.Is works across the API.
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// URL is the server's base URL: "https://cove.example.com",
+	// "http://127.0.0.1:7300".
+	URL string
+	// APIKey is a key of the team whose sandboxes these are ("cove_...";
+	// `cove key create` makes one).
+	APIKey string
+	// HTTPClient makes every request, to the API and to the daemons; nil
+	// means a client of the runtime's own. Its Timeout must be 0: a
+	// process's output stream lasts as long as the process. Bound calls
+	// with their ctx instead.
+	HTTPClient *http.Client
+	// Logger receives a debug line per API call; nil discards them.
+	Logger *slog.Logger
+}
+
+// Runtime is a Cove server's sandboxes, seen by one team. Safe for
+// concurrent use.
+type Runtime struct {
+	base string // the server's URL, no trailing slash
+	key  string
+	hc   *http.Client
+	log  *slog.Logger
+}
+
+var (
+	_ sandbox.Runtime   = (*Runtime)(nil)
+	_ sandbox.Forker    = (*Runtime)(nil)
+	_ sandbox.Deadliner = (*Runtime)(nil)
+)
+
+// New returns a runtime for the server at cfg.URL. It makes no request:
+// a wrong URL or key shows in the first call (a refused key as
+// sandbox.ErrPermission).
+func New(cfg Config) (*Runtime, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("server URL %q: want http(s)://host[:port][/path]: %w", cfg.URL, sandbox.ErrInvalid)
+	}
+	if strings.TrimSpace(cfg.APIKey) == "" {
+		return nil, fmt.Errorf("no API key: set one of the team's keys (cove key create makes one): %w", sandbox.ErrInvalid)
+	}
+	if cfg.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Every running process holds a stream: keep enough connections.
+		tr.MaxIdleConnsPerHost = 64
+		cfg.HTTPClient = &http.Client{Transport: tr}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime{base: strings.TrimSuffix(cfg.URL, "/"), key: strings.TrimSpace(cfg.APIKey), hc: cfg.HTTPClient, log: cfg.Logger}, nil
+}
+
+// Create asks the server for a sandbox of spec. The server applies its
+// own defaults and caps: a zero TTL is its default TTL (not none), zero
+// limits are its "small" size. A network other than "none", and a pids
+// limit, cannot be asked of it: ErrInvalid.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
+	if err := spec.Normalize(); err != nil {
+		return nil, err
+	}
+	req, err := createRequest(spec)
+	if err != nil {
+		return nil, err
+	}
+	var sb sandboxJSON
+	if err := r.call(ctx, http.MethodPost, "/v1/sandboxes", req, &sb); err != nil {
+		return nil, fmt.Errorf("creating a sandbox: %w", err)
+	}
+	return r.session(sb), nil
+}
+
+// createRequest is the API's form of a normalized spec.
+func createRequest(spec sandbox.Spec) (api.CreateSandbox, error) {
+	if m := spec.Network.Mode; (m != "" && m != "none") || len(spec.Network.Allow) > 0 {
+		return api.CreateSandbox{}, fmt.Errorf("network mode %q: a Cove server's sandboxes have no network (mode none); leave Spec.Network empty: %w", spec.Network.Mode, sandbox.ErrInvalid)
+	}
+	if spec.Limits.Pids > 0 {
+		return api.CreateSandbox{}, fmt.Errorf("pids limit %d: a Cove server sets the process limit itself; leave Limits.Pids 0: %w", spec.Limits.Pids, sandbox.ErrInvalid)
+	}
+	req := api.CreateSandbox{
+		Template: spec.Template, Env: spec.Env, Labels: spec.Labels, User: spec.User, Root: spec.Root,
+		CPUs: spec.Limits.CPUs, MemoryBytes: spec.Limits.MemoryBytes, DiskBytes: spec.Limits.DiskBytes,
+	}
+	if spec.TTL > 0 {
+		// Whole seconds, rounded up: never shorter than asked.
+		req.TTLSeconds = int64(math.Ceil(spec.TTL.Seconds()))
+	}
+	return req, nil
+}
+
+// Get returns a session of sandbox id, running or stopped.
+func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
+	sb, err := r.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return r.session(sb), nil
+}
+
+func (r *Runtime) get(ctx context.Context, id string) (sandboxJSON, error) {
+	var sb sandboxJSON
+	p, err := sandboxPath(id, "")
+	if err == nil {
+		err = r.call(ctx, http.MethodGet, p, nil, &sb)
+	}
+	if err != nil {
+		return sb, fmt.Errorf("getting sandbox %q: %w", id, err)
+	}
+	return sb, nil
+}
+
+// sandboxJSON is api.Sandbox plus the sandbox's env, which the server is
+// to return as "env" (the sandbox contract's Info has it); until it does,
+// Info's Spec.Env is empty. Drop this for api.Sandbox once it has Env.
+type sandboxJSON struct {
+	api.Sandbox
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// List returns the team's sandboxes in creation order, every page of
+// them.
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
+	var out []sandbox.Info
+	q := url.Values{"limit": {"1000"}}
+	for {
+		var page struct {
+			Sandboxes  []sandboxJSON `json:"sandboxes"`
+			NextCursor string        `json:"next_cursor"`
+		}
+		if err := r.call(ctx, http.MethodGet, "/v1/sandboxes?"+q.Encode(), nil, &page); err != nil {
+			return nil, fmt.Errorf("listing sandboxes: %w", err)
+		}
+		for _, sb := range page.Sandboxes {
+			out = append(out, info(sb))
+		}
+		if page.NextCursor == "" || len(page.Sandboxes) == 0 {
+			return out, nil
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+}
+
+// Stop stops sandbox id and keeps its disk.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	p, err := sandboxPath(id, "/stop")
+	if err == nil {
+		err = r.call(ctx, http.MethodPost, p, nil, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("stopping sandbox %q: %w", id, err)
+	}
+	return nil
+}
+
+// Resume starts a stopped sandbox again, with a fresh TTL.
+func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error) {
+	var sb sandboxJSON
+	p, err := sandboxPath(id, "/resume")
+	if err == nil {
+		err = r.call(ctx, http.MethodPost, p, nil, &sb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
+	}
+	return r.session(sb), nil
+}
+
+// Delete deletes sandbox id and its disk.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	p, err := sandboxPath(id, "")
+	if err == nil {
+		err = r.call(ctx, http.MethodDelete, p, nil, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting sandbox %q: %w", id, err)
+	}
+	return nil
+}
+
+// Fork copies sandbox id into a new running sandbox of the same team.
+// ErrInvalid if the server's runtime cannot fork.
+func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) {
+	var sb sandboxJSON
+	p, err := sandboxPath(id, "/fork")
+	if err == nil {
+		err = r.call(ctx, http.MethodPost, p, nil, &sb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+	}
+	return r.session(sb), nil
+}
+
+// SetDeadline makes sandbox id stop at t, to the second (rounded up; a
+// time already past stops it within the second). A Cove server always
+// has a deadline, capped by its maximum TTL: the zero time (never) is
+// ErrInvalid.
+func (r *Runtime) SetDeadline(ctx context.Context, id string, t time.Time) error {
+	if t.IsZero() {
+		return fmt.Errorf("setting the TTL of sandbox %q: a Cove server's sandboxes always have a deadline; give a time: %w", id, sandbox.ErrInvalid)
+	}
+	secs := max(int64(math.Ceil(time.Until(t).Seconds())), 1)
+	p, err := sandboxPath(id, "/ttl")
+	if err == nil {
+		err = r.call(ctx, http.MethodPost, p, api.SetTTL{TTLSeconds: secs}, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("setting the TTL of sandbox %q: %w", id, err)
+	}
+	return nil
+}
+
+// sandboxPath is /v1/sandboxes/{id}{suffix}. An id that is no path
+// segment names no sandbox.
+func sandboxPath(id, suffix string) (string, error) {
+	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\\?#\x00") {
+		return "", fmt.Errorf("no sandbox has that id: %w", sandbox.ErrNotFound)
+	}
+	return "/v1/sandboxes/" + url.PathEscape(id) + suffix, nil
+}
+
+// session is a guest.Session of sb over the server's proxy to its daemon.
+func (r *Runtime) session(sb sandboxJSON) *guest.Session {
+	id := sb.ID
+	// The key goes in X-API-Key: Authorization is the daemon's (envd
+	// names the request's user in it).
+	c, err := guest.NewClient(r.base+"/v1/sandboxes/"+url.PathEscape(id)+"/guest", guest.ClientOptions{
+		Header:        http.Header{"X-Api-Key": {r.key}},
+		HTTPClient:    r.hc,
+		CheckResponse: checkProxyResponse,
+	})
+	if err != nil {
+		// r.base was checked by New and an id is one path segment.
+		panic(fmt.Sprintf("remote: a daemon client for sandbox %q: %v", id, err))
+	}
+	return guest.NewSession(c, guest.SessionOptions{
+		ID:   id,
+		Root: sb.Root,
+		Info: func(ctx context.Context) (sandbox.Info, error) {
+			sb, err := r.get(ctx, id)
+			if err != nil {
+				return sandbox.Info{}, err
+			}
+			return info(sb), nil
+		},
+	})
+}
+
+// info is the sandbox package's description of an API sandbox.
+func info(sb sandboxJSON) sandbox.Info {
+	spec := sandbox.Spec{
+		Template: sb.Template, Root: sb.Root, User: sb.User, Labels: sb.Labels, Env: sb.Env,
+		Limits: sandbox.Limits{CPUs: sb.CPUs, MemoryBytes: sb.MemoryBytes, DiskBytes: sb.DiskBytes},
+	}
+	if sb.Deadline != nil && !sb.StartedAt.IsZero() {
+		// The TTL as it stands: from the start to the deadline.
+		spec.TTL = sb.Deadline.Sub(sb.StartedAt).Round(time.Second)
+	}
+	return sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt}
+}
+
+// call makes one API request: body (when not nil) as JSON, the response
+// decoded into out (when not nil). An error response is an *Error.
+func (r *Runtime) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.key)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := time.Now()
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("reaching the Cove server at %s: %w: %w", r.base, sandbox.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	r.log.Debug("cove api", "method", method, "path", path, "status", resp.StatusCode, "request_id", resp.Header.Get("X-Request-Id"), "duration", time.Since(start))
+	if resp.StatusCode >= 300 {
+		e := responseError(resp)
+		if e.Code == api.CodeUnauthorized {
+			return fmt.Errorf("the Cove server at %s refused the API key: %w", r.base, e)
+		}
+		return e
+	}
+	if out == nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("decoding the Cove server's answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
