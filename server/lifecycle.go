@@ -134,6 +134,8 @@ func (s *Server) allSandboxes(ctx context.Context, team string) ([]store.Sandbox
 // since the snapshot.
 func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox) {
 	s := lc.s
+	s.createMu.Lock() // against a delete between the read and the write
+	defer s.createMu.Unlock()
 	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
 	if err != nil || fresh.State != store.StateRunning {
 		return

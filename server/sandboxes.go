@@ -40,7 +40,7 @@ func (s *Server) view(rec store.Sandbox) api.Sandbox {
 	v := api.Sandbox{
 		ID: rec.ID, State: rec.State, Template: rec.Spec.Template, Size: rec.Size,
 		CPUs: rec.Spec.Limits.CPUs, MemoryBytes: rec.Spec.Limits.MemoryBytes, DiskBytes: rec.Spec.Limits.DiskBytes,
-		Root: rec.Spec.Root, User: rec.Spec.User, Labels: userLabels(rec.Spec.Labels),
+		Root: rec.Spec.Root, User: rec.Spec.User, Labels: userLabels(rec.Spec.Labels), Env: rec.Spec.Env,
 		CreatedAt: rec.CreatedAt, StartedAt: rec.StartedAt, OnExpire: rec.OnExpire,
 		IdleTimeoutSeconds: int64(rec.IdleTimeout / time.Second),
 	}
@@ -279,7 +279,12 @@ func (s *Server) remove(ctx context.Context, id string) error {
 	if err := s.cfg.Runtime.Delete(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
-	if err := s.cfg.Store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	// Under createMu: the lifecycle loop's read-modify-write of a record
+	// must not put back one deleted in between.
+	s.createMu.Lock()
+	err := s.cfg.Store.DeleteSandbox(ctx, id)
+	s.createMu.Unlock()
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return err
 	}
 	s.mu.Lock()
@@ -332,7 +337,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, c *caller) (stor
 	id := r.PathValue("id")
 	rec, err := s.cfg.Store.GetSandbox(r.Context(), c.team, id)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
+		s.fail(w, r, err)
 		return rec, false
 	}
 	return rec, true
@@ -393,6 +398,11 @@ func (s *Server) stop(ctx context.Context, rec *store.Sandbox) error {
 	}
 	if rec.State == store.StateStopped {
 		return nil
+	}
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if _, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID); err != nil {
+		return err // deleted meanwhile
 	}
 	rec.State, rec.StoppedAt = store.StateStopped, s.cfg.Now()
 	return s.cfg.Store.PutSandbox(ctx, *rec)

@@ -93,7 +93,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	if err != nil {
 		return nil, err
 	}
-	var sb sandboxJSON
+	var sb api.Sandbox
 	if err := r.call(ctx, http.MethodPost, "/v1/sandboxes", req, &sb); err != nil {
 		return nil, fmt.Errorf("creating a sandbox: %w", err)
 	}
@@ -128,8 +128,8 @@ func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
 	return r.session(sb), nil
 }
 
-func (r *Runtime) get(ctx context.Context, id string) (sandboxJSON, error) {
-	var sb sandboxJSON
+func (r *Runtime) get(ctx context.Context, id string) (api.Sandbox, error) {
+	var sb api.Sandbox
 	p, err := sandboxPath(id, "")
 	if err == nil {
 		err = r.call(ctx, http.MethodGet, p, nil, &sb)
@@ -140,14 +140,6 @@ func (r *Runtime) get(ctx context.Context, id string) (sandboxJSON, error) {
 	return sb, nil
 }
 
-// sandboxJSON is api.Sandbox plus the sandbox's env, which the server is
-// to return as "env" (the sandbox contract's Info has it); until it does,
-// Info's Spec.Env is empty. Drop this for api.Sandbox once it has Env.
-type sandboxJSON struct {
-	api.Sandbox
-	Env map[string]string `json:"env,omitempty"`
-}
-
 // List returns the team's sandboxes in creation order, every page of
 // them.
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
@@ -155,7 +147,7 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
 	q := url.Values{"limit": {"1000"}}
 	for {
 		var page struct {
-			Sandboxes  []sandboxJSON `json:"sandboxes"`
+			Sandboxes  []api.Sandbox `json:"sandboxes"`
 			NextCursor string        `json:"next_cursor"`
 		}
 		if err := r.call(ctx, http.MethodGet, "/v1/sandboxes?"+q.Encode(), nil, &page); err != nil {
@@ -185,7 +177,7 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 
 // Resume starts a stopped sandbox again, with a fresh TTL.
 func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error) {
-	var sb sandboxJSON
+	var sb api.Sandbox
 	p, err := sandboxPath(id, "/resume")
 	if err == nil {
 		err = r.call(ctx, http.MethodPost, p, nil, &sb)
@@ -211,7 +203,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 // Fork copies sandbox id into a new running sandbox of the same team.
 // ErrInvalid if the server's runtime cannot fork.
 func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) {
-	var sb sandboxJSON
+	var sb api.Sandbox
 	p, err := sandboxPath(id, "/fork")
 	if err == nil {
 		err = r.call(ctx, http.MethodPost, p, nil, &sb)
@@ -251,7 +243,7 @@ func sandboxPath(id, suffix string) (string, error) {
 }
 
 // session is a guest.Session of sb over the server's proxy to its daemon.
-func (r *Runtime) session(sb sandboxJSON) *guest.Session {
+func (r *Runtime) session(sb api.Sandbox) *guest.Session {
 	id := sb.ID
 	// The key goes in X-API-Key: Authorization is the daemon's (envd
 	// names the request's user in it).
@@ -278,7 +270,7 @@ func (r *Runtime) session(sb sandboxJSON) *guest.Session {
 }
 
 // info is the sandbox package's description of an API sandbox.
-func info(sb sandboxJSON) sandbox.Info {
+func info(sb api.Sandbox) sandbox.Info {
 	spec := sandbox.Spec{
 		Template: sb.Template, Root: sb.Root, User: sb.User, Labels: sb.Labels, Env: sb.Env,
 		Limits: sandbox.Limits{CPUs: sb.CPUs, MemoryBytes: sb.MemoryBytes, DiskBytes: sb.DiskBytes},

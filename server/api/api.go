@@ -86,6 +86,7 @@ type Sandbox struct {
 	Root               string            `json:"root"`
 	User               string            `json:"user,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
+	Env                map[string]string `json:"env,omitempty"`
 	CreatedAt          time.Time         `json:"created_at"`
 	StartedAt          time.Time         `json:"started_at"`
 	StoppedAt          *time.Time        `json:"stopped_at,omitempty"`
