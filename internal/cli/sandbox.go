@@ -23,6 +23,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/sandbox/remote"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 	"github.com/cove-sandbox/cove/template"
 )
@@ -44,9 +45,12 @@ Commands:
 Environment:
   COVE_POOL=N       keep N sandboxes started ahead, so create hands one out at once
                     (host template, default workspace, no --disk; env, limits and TTL apply)
+  COVE_SERVER=URL   work on a Cove server's sandboxes instead of this machine's
+  COVE_API_KEY=KEY  the API key for COVE_SERVER
 
 Flags for every command:
   --state-dir DIR   where sandboxes live (default /var/lib/cove as root, $XDG_DATA_HOME/cove otherwise)
+  --server URL      a Cove server (as COVE_SERVER)
 `
 
 // sandboxCmd is `cove sandbox`.
@@ -56,7 +60,8 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprint(stderr, sandboxUsage)
 		return ErrUsage
 	}
-	rt, err := localRuntime(stateDir)
+	server, args := extractFlag(args, "--server")
+	rt, err := sandboxRuntime(stateDir, server)
 	if err != nil {
 		return err
 	}
@@ -80,7 +85,11 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(args) != 1 {
 			return usageErr(stderr, "fork takes one sandbox id")
 		}
-		s, err := rt.Fork(ctx, args[0])
+		f, ok := rt.(sandbox.Forker)
+		if !ok {
+			return fmt.Errorf("this runtime cannot fork sandboxes")
+		}
+		s, err := f.Fork(ctx, args[0])
 		if err != nil {
 			return err
 		}
@@ -90,7 +99,11 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return sandboxRemove(ctx, rt, args, stdout, stderr)
 	case "drain":
 		// Deletes the sandboxes kept ready by COVE_POOL.
-		return rt.DrainPool(ctx)
+		l, ok := rt.(*local.Runtime)
+		if !ok {
+			return fmt.Errorf("drain empties the local runtime's pool; a server has none to drain")
+		}
+		return l.DrainPool(ctx)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, sandboxUsage)
 		return nil
@@ -104,8 +117,12 @@ func usageErr(stderr io.Writer, msg string) error {
 }
 
 // extractStateDir pulls --state-dir out of args wherever it is.
-func extractStateDir(args []string) (string, []string) {
-	dir := ""
+func extractStateDir(args []string) (string, []string) { return extractFlag(args, "--state-dir") }
+
+// extractFlag pulls a "--name value" or "--name=value" flag out of args
+// wherever it is before "--".
+func extractFlag(args []string, name string) (string, []string) {
+	val := ""
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -113,18 +130,18 @@ func extractStateDir(args []string) (string, []string) {
 			rest = append(rest, args[i:]...)
 			break
 		}
-		if v, ok := strings.CutPrefix(a, "--state-dir="); ok {
-			dir = v
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			val = v
 			continue
 		}
-		if a == "--state-dir" && i+1 < len(args) {
-			dir = args[i+1]
+		if a == name && i+1 < len(args) {
+			val = args[i+1]
 			i++
 			continue
 		}
 		rest = append(rest, a)
 	}
-	return dir, rest
+	return val, rest
 }
 
 // dataDir is where sandboxes and templates live.
@@ -166,6 +183,23 @@ func localRuntime(stateDir string) (*local.Runtime, error) {
 	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool, Command: cmd})
 }
 
+// sandboxRuntime is what `cove sandbox` works on: a Cove server when
+// --server or COVE_SERVER names one (with COVE_API_KEY), else the local
+// runtime.
+func sandboxRuntime(stateDir, server string) (sandbox.Runtime, error) {
+	if server == "" {
+		server = os.Getenv("COVE_SERVER")
+	}
+	if server == "" {
+		return localRuntime(stateDir)
+	}
+	key := os.Getenv("COVE_API_KEY")
+	if key == "" {
+		return nil, fmt.Errorf("COVE_API_KEY is not set: the server %s needs an API key (cove serve prints the first one; cove key create makes more)", server)
+	}
+	return remote.New(remote.Config{URL: server, APIKey: key})
+}
+
 // serverRuntime is the local runtime of `cove serve`: its sandboxes in
 // the server's data directory, templates shared with `cove template`.
 func serverRuntime(stateDir, data string) (*local.Runtime, error) {
@@ -195,7 +229,7 @@ func hostprocRuntime(stateDir string) (*hostproc.Runtime, error) {
 	return hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "hostproc"), GuestCommand: cmd})
 }
 
-func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
+func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("create", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tmpl := fs.String("template", "", "template name (default host)")
@@ -259,7 +293,9 @@ func sandboxCreate(ctx context.Context, rt *local.Runtime, args []string, stdout
 	}
 	fmt.Fprintln(stdout, s.ID())
 	// With COVE_POOL set, leave the pool full for the next create.
-	rt.WaitPool()
+	if l, ok := rt.(*local.Runtime); ok {
+		l.WaitPool()
+	}
 	return nil
 }
 
@@ -288,7 +324,7 @@ func parseSize(s string) (int64, error) {
 	return int64(f * float64(mult)), nil
 }
 
-func sandboxList(ctx context.Context, rt *local.Runtime, stdout io.Writer) error {
+func sandboxList(ctx context.Context, rt sandbox.Runtime, stdout io.Writer) error {
 	infos, err := rt.List(ctx)
 	if err != nil {
 		return err
@@ -309,7 +345,7 @@ func sandboxList(ctx context.Context, rt *local.Runtime, stdout io.Writer) error
 	return tw.Flush()
 }
 
-func sandboxExec(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
+func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	interactive := fs.Bool("i", false, "send our standard input to the command")
@@ -456,7 +492,7 @@ func splitRemote(arg string) (id, p string, ok bool) {
 	return id, p, true
 }
 
-func sandboxCopy(ctx context.Context, rt *local.Runtime, args []string, stderr io.Writer) error {
+func sandboxCopy(ctx context.Context, rt sandbox.Runtime, args []string, stderr io.Writer) error {
 	if len(args) != 2 {
 		return usageErr(stderr, "cp takes a source and a destination, one of them ID:PATH")
 	}
@@ -561,7 +597,7 @@ func copyOut(ctx context.Context, s sandbox.Session, src, dst string, stderr io.
 	return nil
 }
 
-func sandboxSnapshot(ctx context.Context, rt *local.Runtime, args []string, stderr io.Writer) error {
+func sandboxSnapshot(ctx context.Context, rt sandbox.Runtime, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "file to write the tar to")
@@ -607,7 +643,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func sandboxRemove(ctx context.Context, rt *local.Runtime, args []string, stdout, stderr io.Writer) error {
+func sandboxRemove(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	force := fs.Bool("f", false, "stop running sandboxes first")

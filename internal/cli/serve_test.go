@@ -152,6 +152,33 @@ func TestServe(t *testing.T) {
 		t.Errorf("key ls: %v\n%s", err, out)
 	}
 
+	// Every cove sandbox command works against the server.
+	t.Setenv("COVE_API_KEY", teamKey)
+	out, errOut, err = run(t, "sandbox", "--server", p.url, "create", "--env", "GREETING=hi")
+	if err != nil {
+		t.Fatalf("sandbox create --server: %v %s", err, errOut)
+	}
+	rid := strings.TrimSpace(out)
+	out, errOut, err = run(t, "sandbox", "--server", p.url, "exec", rid, "--", "sh", "-c", "echo $GREETING from $(pwd); exit 3")
+	if ExitCode(err) != 3 || out != "hi from /workspace\n" {
+		t.Errorf("sandbox exec --server: %q %q %v", out, errOut, err)
+	}
+	src := filepath.Join(home, "up.txt")
+	os.WriteFile(src, []byte("uploaded"), 0o644)
+	if _, errOut, err := run(t, "sandbox", "--server", p.url, "cp", src, rid+":up.txt"); err != nil {
+		t.Errorf("sandbox cp --server: %v %s", err, errOut)
+	}
+	if out, _, _ := run(t, "sandbox", "--server", p.url, "exec", rid, "--", "cat", "up.txt"); out != "uploaded" {
+		t.Errorf("the copied file reads %q", out)
+	}
+	if out, _, _ := run(t, "sandbox", "--server", p.url, "ls"); !strings.Contains(out, rid) {
+		t.Errorf("sandbox ls --server lacks %s:\n%s", rid, out)
+	}
+	if _, errOut, err := run(t, "sandbox", "--server", p.url, "rm", "-f", rid); err != nil {
+		t.Errorf("sandbox rm --server: %v %s", err, errOut)
+	}
+	t.Setenv("COVE_API_KEY", p.admin)
+
 	var sb api.Sandbox
 	if code := apiCall(t, "POST", p.url+"/v1/sandboxes", teamKey, api.CreateSandbox{}, &sb); code != 201 {
 		t.Fatalf("create: %d", code)
