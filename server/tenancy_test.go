@@ -1,0 +1,103 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+// TestTenancyEveryRoute tries every documented route with one team's key
+// on another team's sandbox, snapshot and port: each answers 404 and
+// nothing of the other team shows, and nothing of it changes.
+func TestTenancyEveryRoute(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	keyA, keyB := ts.teamKey(t, "team-a"), ts.teamKey(t, "team-b")
+	sbA := ts.create(t, keyA, api.CreateSandbox{Labels: map[string]string{"owner": "a"}})
+	ts.must(t, 204, "PUT", "/v1/sandboxes/"+sbA.ID+"/files?path=secret.txt", keyA, "a's secret", nil)
+	var snapA api.Snapshot
+	ts.must(t, 201, "POST", "/v1/sandboxes/"+sbA.ID+"/snapshots", keyA, nil, &snapA)
+	var portA api.Port
+	ts.must(t, 201, "POST", "/v1/sandboxes/"+sbA.ID+"/ports/8000", keyA, nil, &portA)
+	ts.teamKey(t, "team-b") // B has a sandbox too, so its lists are not trivially empty
+	ts.create(t, keyB, api.CreateSandbox{})
+
+	fill := strings.NewReplacer("{id}", sbA.ID, "{sid}", snapA.ID, "{port}", "8000", "{pid}", "1", "{tag}", "web", "{rest...}", "")
+	for _, d := range routeDocs {
+		method, path, ok := strings.Cut(d.Pattern, " ")
+		if !ok {
+			method, path = "GET", d.Pattern
+		}
+		if strings.HasSuffix(path, "/") && strings.Contains(path, "/guest/") {
+			path += "health"
+		}
+		path = fill.Replace(path)
+		var body any
+		switch {
+		case strings.HasSuffix(path, "/ttl"):
+			body = api.SetTTL{TTLSeconds: 60}
+		case strings.HasSuffix(path, "/exec"):
+			body = api.Exec{Cmd: "true"}
+		case strings.HasSuffix(path, "/move"):
+			body = api.Move{From: "secret.txt", To: "stolen.txt"}
+		case strings.HasSuffix(path, "/signal"):
+			body = api.Signal{Signal: "KILL"}
+		case strings.HasSuffix(path, "/restore") || strings.HasSuffix(path, "/fork") || strings.Contains(path, "/ports/"):
+			body = "{}"
+		case method == "POST" || method == "PUT":
+			body = "x"
+		}
+		if strings.Contains(path, "/files") && !strings.Contains(path, "/move") {
+			path += "?path=secret.txt"
+		}
+		switch {
+		case d.Public:
+			continue // no key: /health, /metrics, /openapi.json, the port proxy (token-checked)
+		case !strings.Contains(d.Pattern, "{"):
+			// Lists: B's answers never name A's things.
+			if method != "GET" {
+				continue
+			}
+			code, data := ts.call(t, method, path, keyB, nil)
+			if code != 200 {
+				t.Errorf("%s %s as team B: %d %s", method, path, code, data)
+			}
+			for _, secret := range []string{sbA.ID, snapA.ID, portA.Token, "team-a"} {
+				if strings.Contains(string(data), secret) {
+					t.Errorf("%s %s as team B shows team A's %q: %s", method, path, secret, data)
+				}
+			}
+		case strings.HasPrefix(d.Pattern, "DELETE /v1/keys/"):
+			// A's key id is not B's to revoke.
+			continue
+		default:
+			code, data := ts.call(t, method, path, keyB, body)
+			if code != http.StatusNotFound {
+				t.Errorf("%s %s with team B's key: %d %s, want 404", method, path, code, data)
+			}
+		}
+	}
+	// A's things are untouched.
+	var got api.Sandbox
+	ts.must(t, 200, "GET", "/v1/sandboxes/"+sbA.ID, keyA, nil, &got)
+	if got.State != "running" {
+		t.Errorf("A's sandbox after B's attempts: %+v", got)
+	}
+	if code, data := ts.call(t, "GET", "/v1/sandboxes/"+sbA.ID+"/files?path=secret.txt", keyA, nil); code != 200 || string(data) != "a's secret" {
+		t.Errorf("A's file after B's attempts: %d %q", code, data)
+	}
+	ts.must(t, 200, "GET", "/v1/snapshots/"+snapA.ID, keyA, nil, nil)
+	var ports struct{ Ports []api.Port }
+	ts.must(t, 200, "GET", "/v1/sandboxes/"+sbA.ID+"/ports", keyA, nil, &ports)
+	if len(ports.Ports) != 1 {
+		t.Errorf("A's ports after B's attempts: %+v", ports)
+	}
+	// B cannot revoke A's key either.
+	var keys struct{ Keys []api.Key }
+	ts.must(t, 200, "GET", "/v1/keys", keyA, nil, &keys)
+	if code, _ := ts.call(t, "DELETE", "/v1/keys/"+keys.Keys[0].ID, keyB, nil); code != http.StatusNotFound {
+		t.Errorf("B revoking A's key: %d, want 404", code)
+	}
+	ts.must(t, 200, "GET", "/v1/sandboxes", keyA, nil, nil)
+}
