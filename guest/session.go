@@ -750,3 +750,7 @@ func RuntimeSessionOptions(id, root string, load func(ctx context.Context) (sand
 		},
 	}
 }
+
+// Close releases the session's connections to the daemon (the sandbox
+// keeps running). The session must not be used after.
+func (s *Session) Close() error { return s.c.Close() }

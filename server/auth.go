@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/api"
@@ -62,7 +63,7 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c *caller
 			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "that is not a Cove API key (they start with cove_)")
 			return
 		}
-		k, err := s.cfg.Store.KeyByHash(r.Context(), HashKey(secret))
+		k, err := s.keyByHash(r.Context(), HashKey(secret))
 		if errors.Is(err, sandbox.ErrNotFound) {
 			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "unknown or revoked API key")
 			return
@@ -183,6 +184,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
+	s.forgetKeys()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -196,4 +198,45 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// keyCacheTTL is how long a looked-up key is trusted without asking the
+// store again. A key revoked through this server is dropped at once; one
+// revoked by another process sharing the store works this long at most.
+const keyCacheTTL = 5 * time.Second
+
+type cachedKey struct {
+	key     store.APIKey
+	expires time.Time
+}
+
+// keyByHash is the store's KeyByHash with a short cache in front: every
+// request authenticates, and the lookup was a good part of an exec's
+// time through the API.
+func (s *Server) keyByHash(ctx context.Context, hash string) (store.APIKey, error) {
+	now := time.Now()
+	s.keyMu.Lock()
+	c, ok := s.keys[hash]
+	s.keyMu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.key, nil
+	}
+	k, err := s.cfg.Store.KeyByHash(ctx, hash)
+	if err != nil {
+		return k, err
+	}
+	s.keyMu.Lock()
+	if len(s.keys) > 10000 {
+		clear(s.keys)
+	}
+	s.keys[hash] = cachedKey{key: k, expires: now.Add(keyCacheTTL)}
+	s.keyMu.Unlock()
+	return k, nil
+}
+
+// forgetKeys empties the key cache (after a revocation).
+func (s *Server) forgetKeys() {
+	s.keyMu.Lock()
+	clear(s.keys)
+	s.keyMu.Unlock()
 }

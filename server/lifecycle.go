@@ -58,6 +58,9 @@ type lifecycle struct {
 // retention are deleted. A failure is logged and retried next tick.
 func (lc *lifecycle) tick(ctx context.Context) {
 	s := lc.s
+	// Activity recorded in memory goes to the store first, so the idle
+	// policy sees it.
+	s.flushTouches()
 	// Read before the records: a sandbox deleted after this is billed
 	// up to it at most, never for time after its deletion.
 	now := s.cfg.Now()
@@ -140,6 +143,7 @@ func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox) {
 	if err != nil || fresh.State != store.StateRunning {
 		return
 	}
+	s.forgetSession(rec.ID)
 	// The runtime does not say when; now is at most one tick late.
 	fresh.State, fresh.StoppedAt = store.StateStopped, s.cfg.Now()
 	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
@@ -179,7 +183,7 @@ func (lc *lifecycle) idle(ctx context.Context, rec store.Sandbox, now time.Time)
 		return false
 	}
 	// Asked last: it reaches into the sandbox. Unsure means busy.
-	sess, err := lc.s.cfg.Runtime.Get(ctx, rec.ID)
+	sess, err := lc.s.runtimeSession(ctx, rec)
 	if err != nil {
 		return false
 	}

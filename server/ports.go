@@ -276,7 +276,7 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 			fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume)", id, id))
 		return
 	}
-	sess, err := s.cfg.Runtime.Get(ctx, id)
+	sess, err := s.runtimeSession(ctx, rec)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("sandbox %s: %w", id, err))
 		return

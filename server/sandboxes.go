@@ -276,6 +276,7 @@ func (s *Server) emptyDir() string {
 
 // remove deletes a sandbox from the runtime and the store.
 func (s *Server) remove(ctx context.Context, id string) error {
+	s.forgetSession(id)
 	if err := s.cfg.Runtime.Delete(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
@@ -353,7 +354,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c *caller) (sto
 		s.fail(w, r, fmt.Errorf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, rec.ID, sandbox.ErrState))
 		return rec, nil, false
 	}
-	sess, err := s.cfg.Runtime.Get(r.Context(), rec.ID)
+	sess, err := s.runtimeSession(r.Context(), rec)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("sandbox %s: %w", rec.ID, err))
 		return rec, nil, false
@@ -393,6 +394,7 @@ func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request, c *caller) 
 
 // stop stops a sandbox and records it.
 func (s *Server) stop(ctx context.Context, rec *store.Sandbox) error {
+	s.forgetSession(rec.ID)
 	if err := s.cfg.Runtime.Stop(ctx, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return fmt.Errorf("stopping sandbox %s: %w", rec.ID, err)
 	}

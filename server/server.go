@@ -76,11 +76,25 @@ type Server struct {
 	// patterns are the registered routes (set up once in New).
 	patterns []string
 
-	// mu guards active (open streams and connections per sandbox) and
-	// traffic (bytes in and out per sandbox since the last meter).
+	// mu guards active (open streams and connections per sandbox),
+	// traffic (bytes in and out per sandbox since the last meter) and
+	// touched (activity not yet written to the store).
 	mu      sync.Mutex
 	active  map[string]int
 	traffic map[string]*traffic
+	touched map[string]time.Time
+	// flushMu serialises flushTouches.
+	flushMu sync.Mutex
+
+	// sessMu guards sessions: the live session of each running sandbox,
+	// kept so requests reuse its daemon connections (a new session per
+	// request would dial the daemon each time).
+	sessMu   sync.Mutex
+	sessions map[string]cachedSession
+
+	// keyMu guards keys, recently looked-up API keys by hash (auth.go).
+	keyMu sync.Mutex
+	keys  map[string]cachedKey
 
 	// createMu serialises quota checks with the creates they admit.
 	createMu sync.Mutex
@@ -127,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
-		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}),
+		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{},
 		procTable: &procTable{m: map[string]map[int]*procEntry{}}}
 	s.routes()
 	return s, nil
@@ -229,10 +243,24 @@ func (w *statusWriter) Flush() {
 // Start runs the background loops: lifecycle policies and metering.
 // Reconcile should have run first.
 func (s *Server) Start() {
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.lifecycleLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(touchInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				s.flushTouches()
+				return
+			case <-t.C:
+				s.flushTouches()
+			}
+		}
 	}()
 }
 
@@ -369,10 +397,35 @@ func (s *Server) busy(id string) bool {
 	return s.active[id] > 0
 }
 
-// touch records activity on a sandbox now.
+// touch records activity on a sandbox now. The store hears of it within
+// touchInterval (flushTouches): a write per request would put an fsync on
+// every exec's path, and idle timeouts are minutes long.
 func (s *Server) touch(id string) {
-	if err := s.cfg.Store.TouchSandbox(context.Background(), id, s.cfg.Now()); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		s.log.Warn("recording activity", "sandbox", id, "err", err)
+	now := s.cfg.Now()
+	s.mu.Lock()
+	if now.After(s.touched[id]) {
+		s.touched[id] = now
+	}
+	s.mu.Unlock()
+}
+
+// touchInterval is how often recorded activity reaches the store.
+var touchInterval = time.Second
+
+// flushTouches writes the activity recorded since the last flush. One
+// flush runs at a time, so one that returns has seen every touch before
+// it written (the lifecycle loop relies on it).
+func (s *Server) flushTouches() {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.mu.Lock()
+	pending := s.touched
+	s.touched = map[string]time.Time{}
+	s.mu.Unlock()
+	for id, t := range pending {
+		if err := s.cfg.Store.TouchSandbox(context.Background(), id, t); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			s.log.Warn("recording activity", "sandbox", id, "err", err)
+		}
 	}
 }
 
@@ -400,4 +453,41 @@ func (s *Server) takeTraffic(id string) (in, out int64) {
 		return 0, 0
 	}
 	return t.in.Swap(0), t.out.Swap(0)
+}
+
+type cachedSession struct {
+	sess    sandbox.Session
+	started time.Time // the record's StartedAt when cached: a resume makes a new one
+}
+
+// runtimeSession returns the live session of a running sandbox, reusing
+// the one made since it last started.
+func (s *Server) runtimeSession(ctx context.Context, rec store.Sandbox) (sandbox.Session, error) {
+	s.sessMu.Lock()
+	c, ok := s.sessions[rec.ID]
+	s.sessMu.Unlock()
+	if ok && c.started.Equal(rec.StartedAt) {
+		return c.sess, nil
+	}
+	sess, err := s.cfg.Runtime.Get(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.sessMu.Lock()
+	s.sessions[rec.ID] = cachedSession{sess: sess, started: rec.StartedAt}
+	s.sessMu.Unlock()
+	return sess, nil
+}
+
+// forgetSession drops a sandbox's cached session (it stopped or went).
+func (s *Server) forgetSession(id string) {
+	s.sessMu.Lock()
+	c, ok := s.sessions[id]
+	delete(s.sessions, id)
+	s.sessMu.Unlock()
+	if ok {
+		if cl, ok := c.sess.(io.Closer); ok {
+			cl.Close()
+		}
+	}
 }

@@ -55,7 +55,7 @@ type testServer struct {
 
 // newTestServer starts a server; cfg's Runtime, Store and DataDir are
 // filled in.
-func newTestServer(t *testing.T, cfg Config) *testServer {
+func newTestServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "srv") // short: unix socket paths are limited
 	if err != nil {
@@ -105,7 +105,7 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 	return ts
 }
 
-func testRuntime(t *testing.T, dir string) sandbox.Runtime {
+func testRuntime(t testing.TB, dir string) sandbox.Runtime {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), Env: []string{"GORACE=atexit_sleep_ms=0"}})
@@ -124,7 +124,7 @@ func testRuntime(t *testing.T, dir string) sandbox.Runtime {
 // call makes an API request with key (none when "") and a JSON body
 // (none when nil; a string or []byte is sent as is), and returns the
 // status and body.
-func (ts *testServer) call(t *testing.T, method, path, key string, body any) (int, []byte) {
+func (ts *testServer) call(t testing.TB, method, path, key string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -161,7 +161,7 @@ func (ts *testServer) call(t *testing.T, method, path, key string, body any) (in
 
 // must is call that fails the test unless the status is want, and decodes
 // the body into out (when not nil).
-func (ts *testServer) must(t *testing.T, want int, method, path, key string, body, out any) {
+func (ts *testServer) must(t testing.TB, want int, method, path, key string, body, out any) {
 	t.Helper()
 	code, data := ts.call(t, method, path, key, body)
 	if code != want {
@@ -175,7 +175,7 @@ func (ts *testServer) must(t *testing.T, want int, method, path, key string, bod
 }
 
 // teamKey makes a team (if new) and a key for it, and returns the secret.
-func (ts *testServer) teamKey(t *testing.T, team string) string {
+func (ts *testServer) teamKey(t testing.TB, team string) string {
 	t.Helper()
 	var k api.Key
 	code, data := ts.call(t, "POST", "/v1/keys", ts.Admin, api.CreateKey{Name: team + "-key", NewTeam: team})
@@ -191,7 +191,7 @@ func (ts *testServer) teamKey(t *testing.T, team string) string {
 }
 
 // create makes a sandbox for key and returns it.
-func (ts *testServer) create(t *testing.T, key string, req api.CreateSandbox) api.Sandbox {
+func (ts *testServer) create(t testing.TB, key string, req api.CreateSandbox) api.Sandbox {
 	t.Helper()
 	var sb api.Sandbox
 	ts.must(t, http.StatusCreated, "POST", "/v1/sandboxes", key, req, &sb)

@@ -27,8 +27,14 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mb := fs.Int("mb", 256, "megabytes to upload and download")
 	runs := fs.Int("runs", 100, "runs per measure for the local runtime and its peers")
 	guestOnly := fs.Bool("guest-only", false, "measure only the daemon, not the local runtime")
+	serverMode := fs.Bool("server", false, "measure a Cove server through its API: the one in COVE_SERVER (with COVE_API_KEY), or one started here")
+	clients := fs.Int("clients", 50, "with --server: concurrent clients")
+	load := fs.Duration("load", 0, "with --server: also run a create/exec/delete load this long (e.g. 30s)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
+	}
+	if *serverMode {
+		return benchServer(ctx, os.Getenv("COVE_SERVER"), os.Getenv("COVE_API_KEY"), *runs, *clients, *load, stdout, stderr)
 	}
 	dir, err := os.MkdirTemp("", "cove-bench-")
 	if err != nil {

@@ -208,7 +208,7 @@ func TestCrashSafety(t *testing.T) {
 
 		s := openAt(t, path)
 		var check string
-		if err := s.r.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		if err := s.queryRow(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
 			t.Fatalf("round %d: integrity check: %q, %v", round, check, err)
 		}
 		have := map[string]bool{}

@@ -132,7 +132,7 @@ func (s *Store) GetSandbox(ctx context.Context, teamID, id string) (store.Sandbo
 		return store.Sandbox{}, invalid("sandbox id is empty")
 	}
 	cond, args := teamClause(teamID)
-	sb, err := scanSandbox(s.r.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+cond, append([]any{id}, args...)...))
+	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+cond, append([]any{id}, args...)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Sandbox{}, notFound("sandbox " + id)
 	}
@@ -271,7 +271,7 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error 
 	// Most touches change nothing; find out on a reader, without the
 	// writer.
 	var last sql.NullInt64
-	err := s.r.QueryRowContext(ctx, `SELECT last_activity FROM sandboxes WHERE id = ?`, id).Scan(&last)
+	err := s.queryRow(ctx, `SELECT last_activity FROM sandboxes WHERE id = ?`, id).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return notFound("sandbox " + id)
 	}

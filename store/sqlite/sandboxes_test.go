@@ -365,7 +365,7 @@ func TestListSandboxesPages(t *testing.T) {
 		_, _, err = s.ListSandboxes(ctx, f)
 		checkErr(t, err, sandbox.ErrInvalid, next, "from the start")
 		var n int
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM deleted_sandboxes`).Scan(&n); err != nil {
+		if err := s.queryRow(ctx, `SELECT count(*) FROM deleted_sandboxes`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n != 1 {

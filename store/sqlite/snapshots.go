@@ -65,7 +65,7 @@ func (s *Store) GetSnapshot(ctx context.Context, teamID, id string) (store.Snaps
 		return store.Snapshot{}, invalid("snapshot id is empty")
 	}
 	cond, args := teamClause(teamID)
-	sn, err := scanSnapshot(s.r.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`+cond, append([]any{id}, args...)...))
+	sn, err := scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`+cond, append([]any{id}, args...)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Snapshot{}, notFound("snapshot " + id)
 	}
@@ -79,7 +79,7 @@ func (s *Store) GetSnapshot(ctx context.Context, teamID, id string) (store.Snaps
 // first.
 func (s *Store) ListSnapshots(ctx context.Context, teamID string) ([]store.Snapshot, error) {
 	cond, args := teamClause(teamID)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE 1`+cond+` ORDER BY created_at, id`, args...)
+	rows, err := s.query(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE 1`+cond+` ORDER BY created_at, id`, args...)
 	if err != nil {
 		return nil, wrap(err, "listing snapshots")
 	}
@@ -168,7 +168,7 @@ func (s *Store) GetPort(ctx context.Context, sandboxID string, port int) (store.
 	if err := checkPort(sandboxID, port); err != nil {
 		return store.Port{}, err
 	}
-	p, err := scanPort(s.r.QueryRowContext(ctx, `SELECT `+portCols+` FROM ports WHERE sandbox_id = ? AND port = ?`, sandboxID, port))
+	p, err := scanPort(s.queryRow(ctx, `SELECT `+portCols+` FROM ports WHERE sandbox_id = ? AND port = ?`, sandboxID, port))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Port{}, notFound(portName(sandboxID, port))
 	}
@@ -184,7 +184,7 @@ func (s *Store) ListPorts(ctx context.Context, sandboxID string) ([]store.Port, 
 	if sandboxID == "" {
 		return nil, invalid("sandbox id is empty")
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+portCols+` FROM ports WHERE sandbox_id = ? ORDER BY port`, sandboxID)
+	rows, err := s.query(ctx, `SELECT `+portCols+` FROM ports WHERE sandbox_id = ? ORDER BY port`, sandboxID)
 	if err != nil {
 		return nil, wrap(err, "listing the ports of sandbox %s", sandboxID)
 	}

@@ -57,6 +57,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -76,6 +77,10 @@ type Store struct {
 	// now is the clock for the times the store makes itself (a key's last
 	// use, its revocation, a sandbox's deletion); tests replace it.
 	now func() time.Time
+
+	// stmtMu guards stmts, the prepared read statements by query text.
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt
 }
 
 const (
@@ -165,6 +170,12 @@ func dsn(abs string, busy time.Duration, q url.Values) string {
 // Close closes the database. The last connection to close checkpoints the
 // WAL into the main file.
 func (s *Store) Close() error {
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
@@ -274,4 +285,44 @@ func teamClause(teamID string) (string, []any) {
 		return "", nil
 	}
 	return " AND team_id = ?", []any{teamID}
+}
+
+// Reads go through prepared statements, kept per query text: preparing
+// (parsing the SQL) cost more than running the query on the hot paths
+// (the API key and the sandbox record of every request).
+func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st, ok := s.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := s.r.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	// Queries with built-up conditions (list filters) have many texts;
+	// bound the cache rather than keep each.
+	if len(s.stmts) < 256 {
+		s.stmts[q] = st
+	}
+	return st, nil
+}
+
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return s.r.QueryRowContext(ctx, q, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := s.stmt(ctx, q)
+	if err != nil {
+		return s.r.QueryContext(ctx, q, args...)
+	}
+	return st.QueryContext(ctx, args...)
 }

@@ -60,7 +60,7 @@ func (s *Store) GetTeam(ctx context.Context, id string) (store.Team, error) {
 	if id == "" {
 		return store.Team{}, invalid("team id is empty")
 	}
-	t, err := scanTeam(s.r.QueryRowContext(ctx, `SELECT `+teamCols+` FROM teams WHERE id = ?`, id))
+	t, err := scanTeam(s.queryRow(ctx, `SELECT `+teamCols+` FROM teams WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Team{}, notFound("team " + id)
 	}
@@ -72,7 +72,7 @@ func (s *Store) GetTeam(ctx context.Context, id string) (store.Team, error) {
 
 // ListTeams returns every team, oldest first.
 func (s *Store) ListTeams(ctx context.Context) ([]store.Team, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+teamCols+` FROM teams ORDER BY created_at, id`)
+	rows, err := s.query(ctx, `SELECT `+teamCols+` FROM teams ORDER BY created_at, id`)
 	if err != nil {
 		return nil, wrap(err, "listing teams")
 	}
@@ -203,7 +203,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (store.APIKey, error
 	if hash == "" {
 		return store.APIKey{}, invalid("api key hash is empty")
 	}
-	k, err := scanKey(s.r.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ? AND revoked_at IS NULL`, hash))
+	k, err := scanKey(s.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ? AND revoked_at IS NULL`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.APIKey{}, notFound("api key")
 	}
@@ -244,7 +244,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (store.APIKey, error
 // oldest first.
 func (s *Store) ListKeys(ctx context.Context, teamID string) ([]store.APIKey, error) {
 	cond, args := teamClause(teamID)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE 1`+cond+` ORDER BY created_at, id`, args...)
+	rows, err := s.query(ctx, `SELECT `+keyCols+` FROM api_keys WHERE 1`+cond+` ORDER BY created_at, id`, args...)
 	if err != nil {
 		return nil, wrap(err, "listing api keys")
 	}

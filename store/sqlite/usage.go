@@ -72,7 +72,7 @@ func (s *Store) UsageByTeam(ctx context.Context, teamID string, from, to time.Ti
 	}
 	cond, args := teamClause(teamID)
 	// ?1 is from, ?2 is to; share is the part of each interval inside them.
-	rows, err := s.r.QueryContext(ctx, `
+	rows, err := s.query(ctx, `
 		SELECT team_id, sandbox_id, min(max(start_at, ?1)), max(min(end_at, ?2)),
 			sum(cpu_seconds * share), sum(memory_gib_secs * share), sum(disk_gib_hours * share),
 			CAST(round(sum(bytes_in * share)) AS INTEGER), CAST(round(sum(bytes_out * share)) AS INTEGER)

@@ -1,0 +1,257 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cove-sandbox/cove/server"
+	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/store/sqlite"
+)
+
+// benchServer measures the server through its API on loopback: create ->
+// first output, exec round trips, exec throughput with concurrent
+// clients, and a create/exec/delete load. With url empty it starts its
+// own server (local runtime, SQLite) in a temp dir.
+func benchServer(ctx context.Context, url, key string, runs, clients int, load time.Duration, stdout, stderr io.Writer) error {
+	if url == "" {
+		if os.Geteuid() != 0 {
+			return fmt.Errorf("bench --server without a URL starts a server on the local runtime, which needs root")
+		}
+		dir, err := os.MkdirTemp("", "cove-bench-srv-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		rt, err := serverRuntime("", dir)
+		if err != nil {
+			return err
+		}
+		st, err := sqlite.Open(ctx, filepath.Join(dir, "cove.db"))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		url = "http://" + l.Addr().String()
+		srv, err := server.New(server.Config{Runtime: rt, Store: st, DataDir: dir, BaseURL: url})
+		if err != nil {
+			return err
+		}
+		if key, err = srv.EnsureAdmin(ctx); err != nil {
+			return err
+		}
+		srv.Start()
+		defer srv.Close()
+		hs := &http.Server{Handler: srv.Handler()}
+		go hs.Serve(l)
+		defer hs.Close()
+		defer func() {
+			infos, _ := rt.List(context.Background())
+			for _, in := range infos {
+				rt.Delete(context.Background(), in.ID)
+			}
+		}()
+	}
+	c := &benchClient{url: strings.TrimSuffix(url, "/"), key: key, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients * 2}}}
+	var rows [][]string
+	add := func(cols ...string) { rows = append(rows, cols) }
+
+	fmt.Fprintf(stderr, "→ create -> first output through the API, %d runs\n", runs)
+	var ids []string
+	createT, err := timeN(runs, func() error {
+		id, err := c.create(ctx)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		out, _, err := c.exec(ctx, id, "echo", "hi")
+		if err == nil && out != "hi\n" {
+			err = fmt.Errorf("first output %q", out)
+		}
+		return err
+	}, func() {
+		for _, id := range ids {
+			c.delete(ctx, id)
+		}
+		ids = ids[:0]
+	})
+	if err != nil {
+		return err
+	}
+	add("create→first output (API)", ms(createT.p50), ms(createT.p99), "p50 < 25ms")
+
+	id, err := c.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.delete(context.WithoutCancel(ctx), id)
+	fmt.Fprintf(stderr, "→ exec round trips through the API, %d runs\n", runs*5)
+	execT, err := timeN(runs*5, func() error { _, _, err := c.exec(ctx, id, "true"); return err }, nil)
+	if err != nil {
+		return err
+	}
+	add("exec `true` round trip (API)", ms(execT.p50), ms(execT.p99), "p50 < 3ms")
+
+	fmt.Fprintf(stderr, "→ exec throughput, %d concurrent clients for 5s\n", clients)
+	var done, failed atomic.Int64
+	deadline := time.Now().Add(5 * time.Second)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if _, _, err := c.exec(ctx, id, "true"); err != nil {
+					failed.Add(1)
+				} else {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	add(fmt.Sprintf("exec/s, %d clients", clients), fmt.Sprintf("%.0f/s", float64(done.Load())/5), fmt.Sprintf("%d failed", failed.Load()), ">= 1000/s")
+
+	if load > 0 {
+		fmt.Fprintf(stderr, "→ load: %d clients doing create/exec/delete for %s\n", clients, load)
+		var mu sync.Mutex
+		var lat []time.Duration
+		var cycles, errs atomic.Int64
+		var firstErr atomic.Value
+		deadline := time.Now().Add(load)
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					t := time.Now()
+					err := func() error {
+						id, err := c.create(ctx)
+						if err != nil {
+							return err
+						}
+						defer c.delete(ctx, id)
+						_, _, err = c.exec(ctx, id, "true")
+						return err
+					}()
+					if err != nil {
+						errs.Add(1)
+						firstErr.CompareAndSwap(nil, err)
+						continue
+					}
+					cycles.Add(1)
+					mu.Lock()
+					lat = append(lat, time.Since(t))
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		note := fmt.Sprintf("%d errors", errs.Load())
+		if e := firstErr.Load(); e != nil {
+			note += fmt.Sprintf(" (first: %v)", e)
+		}
+		add(fmt.Sprintf("load: create/exec/delete cycles, %d clients, %s", clients, load), fmt.Sprintf("%d cycles, p50 %s", cycles.Load(), ms(pct(lat, 50))), fmt.Sprintf("p99 %s; %s", ms(pct(lat, 99)), note), "0 errors")
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure (through the API on loopback)\tp50 / value\tp99 / note\ttarget")
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// benchClient makes the raw API calls the bench times.
+type benchClient struct {
+	url, key string
+	http     *http.Client
+}
+
+func (c *benchClient) req(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		return nil, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, e.Message)
+	}
+	return resp, nil
+}
+
+func (c *benchClient) create(ctx context.Context) (string, error) {
+	resp, err := c.req(ctx, "POST", "/v1/sandboxes", api.CreateSandbox{})
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var sb api.Sandbox
+	err = json.NewDecoder(resp.Body).Decode(&sb)
+	return sb.ID, err
+}
+
+func (c *benchClient) delete(ctx context.Context, id string) {
+	if resp, err := c.req(ctx, "DELETE", "/v1/sandboxes/"+id, nil); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// exec runs a command through the NDJSON exec endpoint and returns its
+// stdout and exit code.
+func (c *benchClient) exec(ctx context.Context, id, cmd string, args ...string) (string, int, error) {
+	resp, err := c.req(ctx, "POST", "/v1/sandboxes/"+id+"/exec", api.Exec{Cmd: cmd, Args: args})
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	var out strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev api.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return "", 0, err
+		}
+		switch ev.Type {
+		case "stdout":
+			out.Write(ev.Data)
+		case "exit":
+			return out.String(), *ev.ExitCode, nil
+		case "error":
+			return "", 0, fmt.Errorf("exec: %s", ev.Error)
+		}
+	}
+	return "", 0, fmt.Errorf("exec stream ended without an exit event: %v", sc.Err())
+}
