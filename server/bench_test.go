@@ -1,11 +1,15 @@
 package server
 
 import (
+	"time"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/cove-sandbox/cove/sandbox"
 
 	"github.com/cove-sandbox/cove/server/api"
 )
@@ -36,4 +40,35 @@ func BenchmarkExecAPI(b *testing.B) {
 			b.Fatal("no exit event")
 		}
 	}
+}
+
+// BenchmarkCreateAPI times POST /v1/sandboxes (and the delete, untimed).
+func BenchmarkCreateAPI(b *testing.B) {
+	ts := newTestServer(b, Config{})
+	key := ts.teamKey(b, "bench")
+	for b.Loop() {
+		sb := ts.create(b, key, api.CreateSandbox{})
+		b.StopTimer()
+		ts.must(b, 204, "DELETE", "/v1/sandboxes/"+sb.ID, key, nil, nil)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkCreateRuntime times the runtime's own create, for comparison.
+func BenchmarkCreateRuntime(b *testing.B) {
+	ts := newTestServer(b, Config{})
+	for b.Loop() {
+		s, err := ts.Runtime.Create(b.Context(), sandboxSpecSmall())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		ts.Runtime.Delete(b.Context(), s.ID())
+		b.StartTimer()
+	}
+}
+
+func sandboxSpecSmall() sandbox.Spec {
+	sz := api.Sizes["small"]
+	return sandbox.Spec{TTL: 30 * time.Minute, Limits: sandbox.Limits{CPUs: sz.CPUs, MemoryBytes: sz.MemoryBytes, DiskBytes: sz.DiskBytes}}
 }
