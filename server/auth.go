@@ -105,6 +105,46 @@ func (s *Server) keyRoutes() {
 	s.handle("POST /v1/keys", s.createKey)
 	s.handle("GET /v1/keys", s.listKeys)
 	s.handle("DELETE /v1/keys/{id}", s.revokeKey)
+	s.handle("PUT /v1/teams/{team}/quota", s.setQuota)
+	s.handle("GET /v1/teams/{team}/quota", s.getQuota)
+}
+
+// setQuota sets a team's quota (admin only): running sandboxes, total
+// CPUs and memory; zero fields mean unlimited.
+func (s *Server) setQuota(w http.ResponseWriter, r *http.Request, c *caller) {
+	if !c.key.Admin {
+		writeError(w, r, http.StatusForbidden, api.CodeForbidden, "only an admin key may set quotas")
+		return
+	}
+	var q api.Quota
+	if !s.decode(w, r, &q) {
+		return
+	}
+	if q.Sandboxes < 0 || q.CPUs < 0 || q.MemoryBytes < 0 {
+		writeError(w, r, http.StatusBadRequest, api.CodeInvalid, "quota fields must not be negative (0 means unlimited)")
+		return
+	}
+	team := r.PathValue("team")
+	if err := s.cfg.Store.SetQuota(r.Context(), team, store.Quota{Sandboxes: q.Sandboxes, CPUs: q.CPUs, MemoryBytes: q.MemoryBytes}); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, q)
+}
+
+// getQuota shows a team's quota: an admin any team's, others their own.
+func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, c *caller) {
+	team := r.PathValue("team")
+	if team != c.team && !c.key.Admin {
+		writeError(w, r, http.StatusNotFound, api.CodeNotFound, fmt.Sprintf("team %q not found", team))
+		return
+	}
+	t, err := s.cfg.Store.GetTeam(r.Context(), team)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Quota{Sandboxes: t.Quota.Sandboxes, CPUs: t.Quota.CPUs, MemoryBytes: t.Quota.MemoryBytes})
 }
 
 func keyView(k store.APIKey) api.Key {

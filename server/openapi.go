@@ -46,6 +46,8 @@ var routeDocs = []routeDoc{
 		Keys []api.Key `json:"keys"`
 	}{}},
 	{Pattern: "DELETE /v1/keys/{id}", Summary: "Revoke a key"},
+	{Pattern: "PUT /v1/teams/{team}/quota", Summary: "Set a team's quota (admin): running sandboxes, total CPUs and memory; 0 is unlimited", Request: api.Quota{}, Response: api.Quota{}},
+	{Pattern: "GET /v1/teams/{team}/quota", Summary: "A team's quota (your own; admin: any)", Response: api.Quota{}},
 
 	{Pattern: "POST /v1/sandboxes", Summary: "Create a sandbox", Request: api.CreateSandbox{}, Response: api.Sandbox{}, Status: 201},
 	{Pattern: "GET /v1/sandboxes", Summary: "List the team's sandboxes, a page at a time", Query: []string{"state: running or stopped", "label: key=value (repeatable; all must match)", "limit: 1 to 1000 (default 100)", "cursor: next_cursor of the previous page"}, Response: api.SandboxList{}},

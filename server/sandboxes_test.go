@@ -108,3 +108,36 @@ func TestBadCreateInput(t *testing.T) {
 		t.Errorf("bad requests left runtime sandboxes: %+v", infos)
 	}
 }
+
+func TestQuota(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "small-team")
+	if code, _ := ts.call(t, "PUT", "/v1/teams/small-team/quota", key, api.Quota{Sandboxes: 1}); code != http.StatusForbidden {
+		t.Errorf("a team setting its own quota: %d, want 403", code)
+	}
+	ts.must(t, 200, "PUT", "/v1/teams/small-team/quota", ts.Admin, api.Quota{Sandboxes: 1, CPUs: 1.5}, nil)
+	first := ts.create(t, key, api.CreateSandbox{})
+	code, data := ts.call(t, "POST", "/v1/sandboxes", key, api.CreateSandbox{})
+	if code != http.StatusTooManyRequests || apiError(t, data).Code != api.CodeLimit || !strings.Contains(string(data), "1 sandboxes at once") {
+		t.Errorf("second sandbox over the quota: %d %s", code, data)
+	}
+	// Stopped sandboxes do not count; a resume is checked like a create.
+	ts.must(t, 200, "POST", "/v1/sandboxes/"+first.ID+"/stop", key, nil, nil)
+	second := ts.create(t, key, api.CreateSandbox{})
+	if code, data := ts.call(t, "POST", "/v1/sandboxes/"+first.ID+"/resume", key, nil); code != http.StatusTooManyRequests {
+		t.Errorf("resume over the quota: %d %s", code, data)
+	}
+	ts.must(t, 204, "DELETE", "/v1/sandboxes/"+second.ID, key, nil, nil)
+	ts.must(t, 200, "PUT", "/v1/teams/small-team/quota", ts.Admin, api.Quota{Sandboxes: 5, CPUs: 1.5}, nil)
+	if code, data := ts.call(t, "POST", "/v1/sandboxes", key, api.CreateSandbox{CPUs: 2}); code != http.StatusTooManyRequests || !strings.Contains(string(data), "CPUs") {
+		t.Errorf("over the CPU quota: %d %s", code, data)
+	}
+	var q api.Quota
+	ts.must(t, 200, "GET", "/v1/teams/small-team/quota", key, nil, &q)
+	if q.Sandboxes != 5 || q.CPUs != 1.5 {
+		t.Errorf("quota read back: %+v", q)
+	}
+	if code, _ := ts.call(t, "GET", "/v1/teams/admin/quota", key, nil); code != http.StatusNotFound {
+		t.Errorf("another team's quota: %d, want 404", code)
+	}
+}

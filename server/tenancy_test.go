@@ -23,7 +23,7 @@ func TestTenancyEveryRoute(t *testing.T) {
 	ts.teamKey(t, "team-b") // B has a sandbox too, so its lists are not trivially empty
 	ts.create(t, keyB, api.CreateSandbox{})
 
-	fill := strings.NewReplacer("{id}", sbA.ID, "{sid}", snapA.ID, "{port}", "8000", "{pid}", "1", "{tag}", "web", "{rest...}", "")
+	fill := strings.NewReplacer("{team}", "team-a", "{id}", sbA.ID, "{sid}", snapA.ID, "{port}", "8000", "{pid}", "1", "{tag}", "web", "{rest...}", "")
 	for _, d := range routeDocs {
 		method, path, ok := strings.Cut(d.Pattern, " ")
 		if !ok {
@@ -69,8 +69,13 @@ func TestTenancyEveryRoute(t *testing.T) {
 				}
 			}
 		case strings.HasPrefix(d.Pattern, "DELETE /v1/keys/"):
-			// A's key id is not B's to revoke.
+			// A's key id is not B's to revoke (checked below).
 			continue
+		case strings.HasPrefix(d.Pattern, "PUT /v1/teams/"):
+			// Admin only: 403 for any team key, tested in TestQuota.
+			if code, _ := ts.call(t, method, path, keyB, api.Quota{}); code != http.StatusForbidden {
+				t.Errorf("%s %s with team B's key: %d, want 403", method, path, code)
+			}
 		default:
 			code, data := ts.call(t, method, path, keyB, body)
 			if code != http.StatusNotFound {

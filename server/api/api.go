@@ -277,3 +277,11 @@ type Key struct {
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
+
+// Quota is a team's limits on what it runs at once (PUT and GET
+// /v1/teams/{team}/quota). Zero means unlimited.
+type Quota struct {
+	Sandboxes   int     `json:"sandboxes"`
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+}
