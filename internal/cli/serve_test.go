@@ -224,6 +224,87 @@ func TestServe(t *testing.T) {
 		}
 	}
 
+	// SIGKILL during an exec stream and during an upload: the client sees
+	// an error (never an exit or a 204), no partial file appears at the
+	// path, and after a restart the sandbox works.
+	var live api.Sandbox
+	if code := apiCall(t, "POST", p2.url+"/v1/sandboxes", teamKey, api.CreateSandbox{}, &live); code != 201 {
+		t.Fatalf("create: %d", code)
+	}
+	streamErr := make(chan string, 1)
+	go func() {
+		body, _ := json.Marshal(api.Exec{Cmd: "sh", Args: []string{"-c", "echo started; sleep 5; echo done"}})
+		req, _ := http.NewRequest("POST", p2.url+"/v1/sandboxes/"+live.ID+"/exec", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+teamKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			streamErr <- "request: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		switch {
+		case err == nil && strings.Contains(string(data), `"exit"`):
+			streamErr <- "the stream ended with an exit event"
+		case err == nil:
+			streamErr <- "" // cut off: no exit event
+		default:
+			streamErr <- ""
+		}
+	}()
+	pr, pw := io.Pipe()
+	uploadDone := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("PUT", p2.url+"/v1/sandboxes/"+live.ID+"/files?path=big.bin", pr)
+		req.Header.Set("Authorization", "Bearer "+teamKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			uploadDone <- -1
+			return
+		}
+		resp.Body.Close()
+		uploadDone <- resp.StatusCode
+	}()
+	go func() {
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for i := 0; i < 1000; i++ {
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		pw.Close()
+	}()
+	time.Sleep(300 * time.Millisecond)
+	p2.cmd.Process.Kill()
+	p2.cmd.Wait()
+	pw.CloseWithError(io.ErrClosedPipe)
+	if msg := <-streamErr; msg != "" {
+		t.Errorf("exec stream through a killed server: %s", msg)
+	}
+	if code := <-uploadDone; code == 204 || code == 200 {
+		t.Errorf("an upload cut by a killed server was reported written (%d)", code)
+	}
+	p2 = startServe(t, home, data)
+	if code := apiCall(t, "GET", p2.url+"/v1/sandboxes/"+live.ID+"/files/stat?path=big.bin", teamKey, nil, nil); code != 404 {
+		t.Errorf("a cut upload left big.bin in the workspace (stat: %d)", code)
+	}
+	var evs strings.Builder
+	func() {
+		body, _ := json.Marshal(api.Exec{Cmd: "echo", Args: []string{"alive"}})
+		req, _ := http.NewRequest("POST", p2.url+"/v1/sandboxes/"+live.ID+"/exec", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+teamKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(&evs, resp.Body)
+	}()
+	if !strings.Contains(evs.String(), `"exit_code":0`) {
+		t.Errorf("exec after the restart: %s", evs.String())
+	}
+
 	// Revoke, then SIGTERM: a clean exit.
 	var keys struct{ Keys []api.Key }
 	apiCall(t, "GET", p2.url+"/v1/keys", teamKey, nil, &keys)
