@@ -72,3 +72,19 @@ func sandboxSpecSmall() sandbox.Spec {
 	sz := api.Sizes["small"]
 	return sandbox.Spec{TTL: 30 * time.Minute, Limits: sandbox.Limits{CPUs: sz.CPUs, MemoryBytes: sz.MemoryBytes, DiskBytes: sz.DiskBytes}}
 }
+
+// BenchmarkCreateRuntimeNoDisk: the same without a disk limit.
+func BenchmarkCreateRuntimeNoDisk(b *testing.B) {
+	ts := newTestServer(b, Config{})
+	spec := sandboxSpecSmall()
+	spec.Limits.DiskBytes = 0
+	for b.Loop() {
+		s, err := ts.Runtime.Create(b.Context(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		ts.Runtime.Delete(b.Context(), s.ID())
+		b.StartTimer()
+	}
+}
