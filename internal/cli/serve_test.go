@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox/local"
 
 	"github.com/cove-sandbox/cove/server/api"
 )
@@ -132,6 +136,17 @@ func TestServe(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(home) })
 	data := filepath.Join(home, "srv")
+	t.Cleanup(func() {
+		// The servers are gone; their sandboxes' supervisors are not.
+		rt, err := local.New(local.Config{Dir: filepath.Join(data, "sandboxes")})
+		if err != nil {
+			return
+		}
+		infos, _ := rt.List(context.Background())
+		for _, in := range infos {
+			rt.Delete(context.Background(), in.ID)
+		}
+	})
 	p := startServe(t, home, data)
 	if !strings.HasPrefix(p.admin, "cove_") {
 		t.Fatalf("no admin key printed; stderr:\n%s", p.stderr.String())
