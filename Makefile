@@ -1,5 +1,5 @@
 # Cove's two entry points on a fresh Debian 12 machine:
-#   make run   - set up and run Cove's main job on embedded defaults
+#   make run   - set up and run Cove's main job on embedded defaults (cove serve)
 #   make test  - install what the tests need, then vet and test everything
 SHELL := /bin/bash
 GO ?= go
@@ -19,7 +19,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -tags embedsandbox -o bin/cove ./cmd/cove
 
 run: deps build
-	./bin/cove demo
+	./bin/cove serve
 
 test: deps
 	$(GO) vet ./...
