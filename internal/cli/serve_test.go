@@ -234,7 +234,13 @@ func TestServe(t *testing.T) {
 		entries, _ := os.ReadDir(filepath.Join(data, "sandboxes"))
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), "sb-") && !listed[e.Name()] {
-				t.Errorf("kill after %v: sandbox %s is on disk but not listed (an orphan)", delay, e.Name())
+				ents, _ := os.ReadDir(filepath.Join(data, "sandboxes", e.Name()))
+				var names []string
+				for _, x := range ents {
+					names = append(names, x.Name())
+				}
+				st, _ := os.ReadFile(filepath.Join(data, "sandboxes", e.Name(), "state.json"))
+				t.Errorf("kill after %v: sandbox %s is on disk but not listed (an orphan); it holds %v; state %.300s", delay, e.Name(), names, st)
 			}
 		}
 	}

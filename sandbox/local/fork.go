@@ -34,7 +34,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 
 	nid := sbutil.NewID()
 	dir := r.dir(nid)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := r.newDir(nid, src.Info.Spec, false); err != nil {
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
@@ -61,11 +61,20 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	st.Init.Upper = d.Upper()
 	st.Init.Work = d.Work()
 	st.Init.Hostname = nid
+	st.CreatorPID = os.Getpid()
 	if err := writeState(dir, st); err != nil {
 		r.destroy(context.WithoutCancel(ctx), nid)
 		return nil, err
 	}
 	if err := r.startLocked(ctx, nid, st); err != nil {
+		r.destroy(context.WithoutCancel(ctx), nid)
+		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+	}
+	st, err = updateState(dir, func(s *state) error {
+		s.CreatorPID = 0
+		return nil
+	})
+	if err != nil {
 		r.destroy(context.WithoutCancel(ctx), nid)
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}

@@ -231,13 +231,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 
 	id := sbutil.NewID()
 	dir := r.dir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
-	}
-	// Say who is making it before making anything, so that what a
-	// creator killed mid-way leaves is found and removed.
-	if err := writeState(dir, &state{Info: sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, CreatorPID: os.Getpid(), Pooled: pooled}); err != nil {
-		os.RemoveAll(dir)
+	if err := r.newDir(id, spec, pooled); err != nil {
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
@@ -389,24 +383,52 @@ func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
 }
 
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
+	r.sweepNew()
 	return sbutil.ListSandboxes(r.cfg.Dir, func(id string) (sandbox.Info, bool) {
 		st, err := r.load(id)
-		if err != nil {
-			// A directory with no state at all: its creator died between
-			// making it and writing the first state (microseconds); once
-			// it is surely not in the making, it goes.
-			if fi, serr := os.Stat(r.dir(id)); serr == nil && time.Since(fi.ModTime()) > time.Minute {
-				if _, serr := os.Stat(statePath(r.dir(id))); errors.Is(serr, os.ErrNotExist) {
-					r.destroy(ctx, id)
-				}
-			}
-			return sandbox.Info{}, false
-		}
-		if st.Pooled {
+		if err != nil || st.Pooled {
 			return sandbox.Info{}, false
 		}
 		return st.Info, true
 	})
+}
+
+// newDir makes a sandbox's directory with a first record naming this
+// process as its creator, so that what a creator killed mid-way leaves is
+// found and removed (load). The directory appears under its name only with
+// that record in it: a kill before leaves a hidden .new-* directory, which
+// sweepNew removes.
+func (r *Runtime) newDir(id string, spec sandbox.Spec, pooled bool) error {
+	tmp := filepath.Join(r.cfg.Dir, ".new-"+id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := writeState(tmp, &state{Info: sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, CreatorPID: os.Getpid(), Pooled: pooled}); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, r.dir(id)); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// sweepNew removes the .new-* directories of creates killed before their
+// first record was in place, once they are surely not in the making.
+func (r *Runtime) sweepNew() {
+	entries, err := os.ReadDir(r.cfg.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".new-") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			os.RemoveAll(filepath.Join(r.cfg.Dir, e.Name()))
+		}
+	}
 }
 
 // Stop asks the supervisor to end the sandbox and waits until it has.
