@@ -179,6 +179,9 @@ func (lc *lifecycle) idle(ctx context.Context, rec store.Sandbox, now time.Time)
 	if rec.StartedAt.After(last) {
 		last = rec.StartedAt
 	}
+	if t := lc.s.lastActivity(rec.ID); t.After(last) {
+		last = t // activity not yet in the store
+	}
 	if now.Sub(last) < rec.IdleTimeout || lc.s.busy(rec.ID) {
 		return false
 	}

@@ -290,6 +290,7 @@ func (s *Server) remove(ctx context.Context, id string) error {
 	}
 	s.mu.Lock()
 	delete(s.traffic, id)
+	delete(s.lastTouch, id)
 	s.mu.Unlock()
 	return nil
 }

@@ -83,6 +83,9 @@ type Server struct {
 	active  map[string]int
 	traffic map[string]*traffic
 	touched map[string]time.Time
+	// lastTouch is the latest activity seen per sandbox (kept after the
+	// flush, so the lifecycle loop never misses one in flight).
+	lastTouch map[string]time.Time
 	// flushMu serialises flushTouches.
 	flushMu sync.Mutex
 
@@ -141,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
-		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{},
+		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
 		procTable: &procTable{m: map[string]map[int]*procEntry{}}}
 	s.routes()
 	return s, nil
@@ -406,7 +409,18 @@ func (s *Server) touch(id string) {
 	if now.After(s.touched[id]) {
 		s.touched[id] = now
 	}
+	if now.After(s.lastTouch[id]) {
+		s.lastTouch[id] = now
+	}
 	s.mu.Unlock()
+}
+
+// lastActivity is the latest activity on a sandbox this server saw,
+// whether or not it has reached the store yet.
+func (s *Server) lastActivity(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastTouch[id]
 }
 
 // touchInterval is how often recorded activity reaches the store.
