@@ -43,9 +43,20 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	// thread, locked for the supervisor's whole life.
 	runtime.LockOSThread()
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("sandbox", filepath.Base(dir))
-	st, err := readState(dir)
+	// Record our own pid at once: the runtime records it too, but only
+	// after starting us, and a creator killed in between would leave a
+	// supervisor nobody knows to stop.
+	st, err := updateState(dir, func(s *state) error {
+		if s.ShimPID == 0 {
+			s.ShimPID = os.Getpid()
+		}
+		return nil
+	})
 	if err != nil {
 		return err
+	}
+	if st.CreatorPID != 0 && !sbutil.Alive(st.CreatorPID) {
+		return fmt.Errorf("the process creating this sandbox (pid %d) is gone; not starting it", st.CreatorPID)
 	}
 	if len(initCmd) == 0 {
 		exe, err := os.Executable()
