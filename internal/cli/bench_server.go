@@ -37,7 +37,7 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 			return err
 		}
 		defer os.RemoveAll(dir)
-		rt, err := serverRuntime("", dir)
+		rt, err := serverRuntime("", dir, 2)
 		if err != nil {
 			return err
 		}
@@ -60,6 +60,9 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 		}
 		srv.Start()
 		defer srv.Close()
+		rt.FillPool()
+		rt.WaitPool()
+		defer rt.DrainPool(context.Background())
 		hs := &http.Server{Handler: srv.Handler()}
 		go hs.Serve(l)
 		defer hs.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/remote"
+	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 	"github.com/cove-sandbox/cove/template"
 )
@@ -202,7 +203,7 @@ func sandboxRuntime(stateDir, server string) (sandbox.Runtime, error) {
 
 // serverRuntime is the local runtime of `cove serve`: its sandboxes in
 // the server's data directory, templates shared with `cove template`.
-func serverRuntime(stateDir, data string) (*local.Runtime, error) {
+func serverRuntime(stateDir, data string, pool int) (*local.Runtime, error) {
 	dir := dataDir(stateDir)
 	store, err := template.Open(filepath.Join(dir, "templates"))
 	if err != nil {
@@ -212,7 +213,10 @@ func serverRuntime(stateDir, data string) (*local.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Command: cmd})
+	// The pool holds sandboxes of the default size's disk, which most
+	// creates ask for.
+	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Command: cmd,
+		Pool: pool, PoolDiskBytes: api.Sizes["small"].DiskBytes})
 }
 
 // hostprocRuntime is the unisolated fallback when the local runtime

@@ -49,6 +49,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retention := fs.Duration("retention", 7*24*time.Hour, "delete stopped sandboxes this long after they stopped (0 keeps them)")
 	maxBody := fs.Int64("max-body", 1<<20, "largest JSON request body, bytes")
 	maxUpload := fs.Int64("max-upload", 1<<30, "largest file or tar upload, bytes")
+	pool := fs.Int("pool", 2, "sandboxes of the default size to keep started ahead, so a create takes one at once (0: none)")
 	pricesFile := fs.String("prices", "", `JSON price table for usage costs: {"cpu_second":..,"memory_gib_second":..,"disk_gib_hour":..,"egress_gib":..}`)
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
@@ -88,7 +89,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
 		}
 	}
-	rt, err := serverRuntime(*stateDir, *data)
+	rt, err := serverRuntime(*stateDir, *data, *pool)
 	if err != nil {
 		return fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
 	}
@@ -130,6 +131,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	srv.Start()
 	defer srv.Close()
+	rt.FillPool()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
 	if *certFile != "" {
 		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)

@@ -71,6 +71,9 @@ type Config struct {
 	// Pool is how many sandboxes to keep started ahead of demand (see
 	// pool.go); 0 means none.
 	Pool int
+	// PoolDiskBytes is the disk limit of pooled sandboxes; only creates
+	// asking for exactly this disk (0: none) are served from the pool.
+	PoolDiskBytes int64
 }
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
@@ -185,7 +188,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	if err := spec.Normalize(); err != nil {
 		return nil, err
 	}
-	if r.cfg.Pool > 0 && poolable(spec) {
+	if r.cfg.Pool > 0 && r.poolable(spec) {
 		s, ok := r.claim(ctx, spec)
 		r.refill()
 		if ok {

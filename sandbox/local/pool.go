@@ -17,7 +17,7 @@ import (
 // The warm pool. Starting a sandbox costs two Go start-ups, the mounts
 // and the hardening, tens of milliseconds on a small machine; with
 // Config.Pool set, the runtime keeps that many sandboxes started ahead
-// (host template, default workspace, no disk limit) and Create hands one
+// (host template, default workspace, Config.PoolDiskBytes of disk) and Create hands one
 // out: it takes the caller's spec (environment through the daemon, limits
 // through its cgroup, TTL through its supervisor) in about a millisecond.
 // Pooled sandboxes live on disk like any other, so a short-lived process
@@ -25,10 +25,10 @@ import (
 
 // poolable reports whether a spec can be served from the pool: what a
 // pooled sandbox cannot change after it started is at its default.
-func poolable(spec sandbox.Spec) bool {
+func (r *Runtime) poolable(spec sandbox.Spec) bool {
 	return (spec.Template == "" || spec.Template == "host") &&
 		(spec.Root == "" || spec.Root == sandbox.DefaultRoot) &&
-		spec.Limits.DiskBytes == 0 && spec.User == "" &&
+		spec.Limits.DiskBytes == r.cfg.PoolDiskBytes && spec.User == "" &&
 		(spec.Network.Mode == "" || spec.Network.Mode == "none")
 }
 
@@ -121,7 +121,7 @@ func (r *Runtime) refill() {
 		defer r.poolWG.Done()
 		r.poolMu.Lock()
 		defer r.poolMu.Unlock()
-		var spec sandbox.Spec
+		spec := sandbox.Spec{Limits: sandbox.Limits{DiskBytes: r.cfg.PoolDiskBytes}}
 		spec.Normalize() // the defaults; cannot fail
 		for n := r.pooledCount(); n < r.cfg.Pool; n++ {
 			if _, err := r.create(context.Background(), spec, true); err != nil {
@@ -186,3 +186,7 @@ type poolState struct {
 	poolMu sync.Mutex     // one refill at a time
 	poolWG sync.WaitGroup // refills in flight
 }
+
+// FillPool starts filling the pool now rather than at the first create
+// (a server calls it at start).
+func (r *Runtime) FillPool() { r.refill() }

@@ -106,3 +106,49 @@ func pooledIDs(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestPoolWithDisk: with PoolDiskBytes the pool serves creates that ask
+// for exactly that disk, and the claimed sandbox's disk limit holds.
+func TestPoolWithDisk(t *testing.T) {
+	needRoot(t)
+	exe, _ := os.Executable()
+	dir, err := os.MkdirTemp("", "cpd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const diskBytes = 64 << 20
+	rt, err := New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}, Pool: 1, PoolDiskBytes: diskBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() {
+		rt.DrainPool(context.Background())
+		infos, _ := rt.List(context.Background())
+		for _, in := range infos {
+			rt.Delete(context.Background(), in.ID)
+		}
+		os.RemoveAll(dir)
+	})
+	// A create without a disk is not served from this pool.
+	plain, err := rt.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.WaitPool()
+	pooled := pooledIDs(t, dir)
+	if len(pooled) != 1 || plain.ID() == pooled[0] {
+		t.Fatalf("pooled %v, plain %s", pooled, plain.ID())
+	}
+	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{DiskBytes: diskBytes, CPUs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ID() != pooled[0] {
+		t.Errorf("Create with the pool's disk gave %s, want the pooled %s", s.ID(), pooled[0])
+	}
+	st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "head -c 100000000 /dev/zero > big"}})
+	if err != nil || st.Success() {
+		t.Errorf("writing 100 MB to a 64 MB pooled disk: %+v %v, want a failure", st, err)
+	}
+}
