@@ -24,8 +24,8 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/remote"
-	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
+	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/template"
 )
 
