@@ -67,14 +67,15 @@ func startServe(t *testing.T, home, data string) *serveProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 16)
+	ch := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			lines <- sc.Text()
+			ch <- sc.Text()
 		}
-		close(lines)
+		close(ch)
 	}()
+	lines := ch
 	deadline := time.After(30 * time.Second)
 	for p.url == "" {
 		select {
@@ -96,6 +97,22 @@ func startServe(t *testing.T, home, data string) *serveProc {
 		}
 		if i := strings.Index(p.stderr.String(), "url="); i >= 0 {
 			p.url = strings.Fields(p.stderr.String()[i+4:])[0]
+		}
+	}
+	// The admin key is printed before the server listens, but its line
+	// may still be in the pipe.
+	for p.admin == "" && lines != nil {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				lines = nil
+				continue
+			}
+			if _, v, ok := strings.Cut(l, "COVE_API_KEY="); ok {
+				p.admin = strings.Fields(v)[0]
+			}
+		case <-time.After(300 * time.Millisecond):
+			lines = nil
 		}
 	}
 	return p
@@ -142,6 +159,7 @@ func TestServe(t *testing.T) {
 		if err != nil {
 			return
 		}
+		rt.DrainPool(context.Background())
 		infos, _ := rt.List(context.Background())
 		for _, in := range infos {
 			rt.Delete(context.Background(), in.ID)
@@ -233,7 +251,7 @@ func TestServe(t *testing.T) {
 		}
 		entries, _ := os.ReadDir(filepath.Join(data, "sandboxes"))
 		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "sb-") && !listed[e.Name()] {
+			if strings.HasPrefix(e.Name(), "sb-") && !listed[e.Name()] && !pooled(filepath.Join(data, "sandboxes", e.Name())) {
 				ents, _ := os.ReadDir(filepath.Join(data, "sandboxes", e.Name()))
 				var names []string
 				for _, x := range ents {
@@ -348,4 +366,17 @@ func TestServe(t *testing.T) {
 		t.Errorf("cove serve did not stop within 15s of SIGTERM")
 	}
 	fmt.Fprint(io.Discard, p2.stderr.String())
+}
+
+// pooled reports whether a sandbox directory holds one of the server's
+// warm pool (not a team's, so not listed).
+func pooled(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return false
+	}
+	var st struct {
+		Pooled bool `json:"pooled"`
+	}
+	return json.Unmarshal(b, &st) == nil && st.Pooled
 }
