@@ -148,7 +148,7 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	dialCtx := func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) }
 	h2 := &http.Transport{DialContext: dialCtx, Protocols: new(http.Protocols), MaxIdleConnsPerHost: 4}
 	h2.Protocols.SetUnencryptedHTTP2(true)
-	h1 := &http.Transport{DialContext: dialCtx, MaxIdleConnsPerHost: 16, DisableCompression: true,
+	h1 := &http.Transport{DialContext: dialCtx, MaxIdleConnsPerHost: 64, DisableCompression: true,
 		WriteBufferSize: 256 << 10, ReadBufferSize: 256 << 10}
 	c.rpc = &http.Client{Transport: h2}
 	c.bulk = &http.Client{Transport: h1}

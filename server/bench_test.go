@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io"
 	"time"
 
 	"bufio"
@@ -87,4 +88,27 @@ func BenchmarkCreateRuntimeNoDisk(b *testing.B) {
 		ts.Runtime.Delete(b.Context(), s.ID())
 		b.StartTimer()
 	}
+}
+
+// BenchmarkExecAPIParallel: exec round trips from 50 concurrent clients.
+func BenchmarkExecAPIParallel(b *testing.B) {
+	ts := newTestServer(b, Config{})
+	key := ts.teamKey(b, "bench")
+	sb := ts.create(b, key, api.CreateSandbox{})
+	body, _ := json.Marshal(api.Exec{Cmd: "true"})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	b.SetParallelism(25)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest("POST", ts.URL+"/v1/sandboxes/"+sb.ID+"/exec", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
 }
