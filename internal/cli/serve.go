@@ -132,6 +132,12 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv.Start()
 	defer srv.Close()
 	rt.FillPool()
+	// The pool is the server's own: a clean stop leaves none of it
+	// running (teams' sandboxes stay up for the next start).
+	defer func() {
+		rt.WaitPool()
+		rt.DrainPool(context.WithoutCancel(ctx))
+	}()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
 	if *certFile != "" {
 		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
