@@ -498,6 +498,10 @@ func (p *process) run(ctx context.Context, stream *procEventStream) error {
 func (p *process) pump(stream *procEventStream) {
 	for stream.Receive() {
 		if p.handle(stream.Msg()) {
+			// The end-of-stream envelope follows the end event at once;
+			// reading it lets Close keep the connection for the next
+			// exec instead of dialing the daemon again.
+			stream.Receive()
 			stream.Close()
 			return
 		}

@@ -130,7 +130,16 @@ func (s *procEventStream) Err() error {
 }
 
 // Close releases the response.
-func (s *procEventStream) Close() error { return s.body.Close() }
+//
+// After a clean end the response's last bytes (the chunked terminator)
+// are read first: a body closed before its EOF costs the connection, and
+// the next exec would dial the daemon again.
+func (s *procEventStream) Close() error {
+	if s.err == io.EOF {
+		io.Copy(io.Discard, io.LimitReader(s.br, 4<<10))
+	}
+	return s.body.Close()
+}
 
 // endStreamError decodes Connect's end-of-stream JSON.
 func endStreamError(data []byte) error {
