@@ -28,6 +28,9 @@ type Agent struct {
 	// Approval decides which tool calls wait for the caller; nil asks for
 	// none.
 	Approval ApprovalPolicy
+	// OutputType, when set, makes the final answer JSON of its schema
+	// (OutputFor[T] builds one from a Go type; Result.Decode reads it).
+	OutputType *OutputType
 	// Sandbox makes this a sandbox agent.
 	Sandbox *SandboxAgent
 }

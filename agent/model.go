@@ -25,6 +25,9 @@ type ModelRequest struct {
 	Input        []Item
 	Tools        []ToolSpec
 	Settings     ModelSettings
+	// Output, when set, asks for a final answer that is JSON of this
+	// schema.
+	Output *OutputType
 }
 
 // ModelSettings tune a model call. Zero values mean "the provider's default".

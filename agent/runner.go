@@ -372,7 +372,7 @@ func (r *Runner) callModel(ctx context.Context, a *Agent, st *RunState, instruct
 	ctx, span := tracer.Start(ctx, "agent.turn", trace.WithAttributes(attribute.Int("turn", st.Turn)))
 	defer span.End()
 	mctx, mspan := tracer.Start(ctx, "model.call", trace.WithAttributes(attribute.String("model", a.Model.Name())))
-	req := ModelRequest{Instructions: instructions, Input: st.Items, Tools: tools.specs, Settings: a.ModelSettings}
+	req := ModelRequest{Instructions: instructions, Input: st.Items, Tools: tools.specs, Settings: a.ModelSettings, Output: a.OutputType}
 	resp, err := a.Model.Respond(mctx, req, func(d string) {
 		em.emit(Event{Type: EventTextDelta, Text: d})
 	})

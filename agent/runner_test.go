@@ -378,3 +378,21 @@ func TestRunStreamed(t *testing.T) {
 		t.Errorf("deltas %q, output %q", deltas, res.Output)
 	}
 }
+
+func TestResultDecode(t *testing.T) {
+	var v struct{ N int }
+	if err := (&agent.Result{Output: "not json"}).Decode(&v); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("decoding prose: %v, want ErrInvalid", err)
+	}
+	if err := (&agent.Result{Output: `{"N":3}`}).Decode(&v); err != nil || v.N != 3 {
+		t.Errorf("decoding JSON: %v %+v", err, v)
+	}
+	o := agent.OutputFor[struct {
+		Name string `json:"name"`
+		Tags []string
+		skip int
+	}]("x")
+	if req := o.Schema["required"].([]string); len(req) != 2 || !o.Strict {
+		t.Errorf("schema %v", o.Schema)
+	}
+}

@@ -29,6 +29,11 @@ func (m *Model) chatParams(req agent.ModelRequest, stream bool) (sdk.ChatComplet
 		Model:    m.name,
 		Messages: chatMessages(req.Instructions, req.Input),
 	}
+	if o := req.Output; o != nil {
+		p.ResponseFormat = sdk.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: o.Name, Schema: o.Schema, Strict: sdk.Bool(o.Strict)},
+		}}
+	}
 	for _, t := range req.Tools {
 		fn := shared.FunctionDefinitionParam{Name: t.Name, Description: optString(t.Description), Parameters: schema(t.Parameters)}
 		if t.Grammar != "" {

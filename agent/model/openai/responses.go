@@ -54,6 +54,11 @@ func (m *Model) responsesParams(req agent.ModelRequest) (responses.ResponseNewPa
 			Strict: sdk.Bool(t.Strict),
 		}})
 	}
+	if o := req.Output; o != nil {
+		p.Text = responses.ResponseTextConfigParam{Format: responses.ResponseFormatTextConfigUnionParam{
+			OfJSONSchema: &responses.ResponseFormatTextJSONSchemaConfigParam{Name: o.Name, Schema: o.Schema, Strict: sdk.Bool(o.Strict)},
+		}}
+	}
 	s := req.Settings
 	if s.Temperature != nil {
 		p.Temperature = sdk.Float(*s.Temperature)
