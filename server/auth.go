@@ -43,12 +43,20 @@ func HashKey(secret string) string {
 }
 
 // keyFrom reads the key of a request: "Authorization: Bearer cove_...",
-// or X-API-Key as E2B's clients send it.
+// or X-API-Key as E2B's clients send it. A WebSocket handshake may carry
+// it as ?access_token= instead, since a browser cannot set headers on
+// one; nothing else takes a key from the URL, where logs would keep it.
 func keyFrom(r *http.Request) string {
 	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return strings.TrimSpace(v)
 	}
-	return strings.TrimSpace(r.Header.Get("X-API-Key"))
+	if k := strings.TrimSpace(r.Header.Get("X-API-Key")); k != "" {
+		return k
+	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return r.URL.Query().Get("access_token")
+	}
+	return ""
 }
 
 // authed wraps a handler with API key authentication.

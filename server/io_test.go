@@ -786,3 +786,33 @@ func TestIOIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestPTYBrowserToken: a browser, which cannot set headers on a
+// WebSocket, authenticates the handshake with ?access_token=; the same
+// parameter on a plain request is not accepted.
+func TestPTYBrowserToken(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "browser")
+	sb := ts.create(t, key, api.CreateSandbox{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	u := "ws" + strings.TrimPrefix(ts.URL, "http") + "/v1/sandboxes/" + sb.ID + "/pty?cmd=" + url.QueryEscape("echo from-browser") + "&access_token=" + key
+	conn, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatalf("dial with ?access_token=: %v", err)
+	}
+	defer conn.CloseNow()
+	var out strings.Builder
+	for !strings.Contains(out.String(), "from-browser") {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading: %v (so far %q)", err, out.String())
+		}
+		if typ == websocket.MessageBinary {
+			out.Write(data)
+		}
+	}
+	if code, _ := ts.call(t, "GET", "/v1/sandboxes/"+sb.ID+"?access_token="+key, "", nil); code != http.StatusUnauthorized {
+		t.Errorf("?access_token= on a plain request: %d, want 401", code)
+	}
+}

@@ -59,7 +59,7 @@ var routeDocs = []routeDoc{
 	{Pattern: "POST /v1/sandboxes/{id}/ttl", Summary: "Set the TTL: the sandbox expires ttl_seconds from now", Request: api.SetTTL{}, Response: api.Sandbox{}},
 
 	{Pattern: "POST /v1/sandboxes/{id}/exec", Summary: "Run a command; the response streams api.ExecEvent lines (start, stdout, stderr, exit)", Request: api.Exec{}, Response: ndjson},
-	{Pattern: "GET /v1/sandboxes/{id}/pty", Summary: "Interactive terminal over WebSocket: binary frames are terminal bytes, text frames api.PTYMessage (resize in, exit out)", Query: []string{"cmd: command line (default: bash or sh)", "cols: terminal width", "rows: terminal height"}, Response: wsBody, Status: 101},
+	{Pattern: "GET /v1/sandboxes/{id}/pty", Summary: "Interactive terminal over WebSocket: binary frames are terminal bytes, text frames api.PTYMessage (resize in, exit out)", Query: []string{"cmd: command line (default: bash or sh)", "cols: terminal width", "rows: terminal height", "access_token: the API key, for browsers (WebSocket handshakes only)"}, Response: wsBody, Status: 101},
 	{Pattern: "GET /v1/sandboxes/{id}/processes", Summary: "List the running background processes", Response: api.ProcessList{}},
 	{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/attach", Summary: "Stream a background process's output from where the last reader left (NDJSON, as exec)", Response: ndjson},
 	{Pattern: "POST /v1/sandboxes/{id}/processes/{pid}/signal", Summary: "Signal a process (TERM, KILL, INT, HUP, QUIT, USR1, USR2 or a number)", Request: api.Signal{}},
