@@ -135,8 +135,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	es.start(pid, nil)
-	st, err := proc.Wait(r.Context())
+	wctx, stopWait := s.streamContext(r.Context())
+	defer stopWait()
+	st, err := proc.Wait(wctx)
 	switch {
+	case s.closing() && r.Context().Err() == nil && wctx.Err() != nil:
+		// The server is stopping: say so rather than cut the stream.
+		kill(proc)
+		es.fail(api.CodeUnavailable, "the server is shutting down, so the command was stopped; run it again once it is back")
 	case r.Context().Err() != nil:
 		// The client left: a foreground process does not outlive its
 		// stream.
@@ -175,8 +181,14 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	pid := proc.PID()
 	es.start(pid, held)
-	st, err := proc.Wait(r.Context())
+	wctx, stopWait := s.streamContext(r.Context())
+	defer stopWait()
+	st, err := proc.Wait(wctx)
 	switch {
+	case s.closing() && r.Context().Err() == nil && wctx.Err() != nil:
+		// The process goes on; its output waits for the next attach.
+		proc.Detach()
+		es.fail(api.CodeUnavailable, "the server is shutting down; the process keeps running: attach to it again once the server is back")
 	case r.Context().Err() != nil:
 		// The client left; the process goes on, its output kept for the
 		// next attach.

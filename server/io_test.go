@@ -816,3 +816,30 @@ func TestPTYBrowserToken(t *testing.T) {
 		t.Errorf("?access_token= on a plain request: %d, want 401", code)
 	}
 }
+
+// TestStreamOnShutdown: a server that closes ends an open exec stream
+// with an error event that says so, not with a cut connection.
+func TestStreamOnShutdown(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "shut")
+	sb := ts.create(t, key, api.CreateSandbox{})
+	body, _ := json.Marshal(api.Exec{Cmd: "sh", Args: []string{"-c", "echo started; sleep 30"}})
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/sandboxes/"+sb.ID+"/exec", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var last api.ExecEvent
+	for sc.Scan() {
+		json.Unmarshal(sc.Bytes(), &last)
+		if last.Type == "stdout" {
+			go ts.Server.Close()
+		}
+	}
+	if last.Type != "error" || last.Code != api.CodeUnavailable || !strings.Contains(last.Error, "shutting down") {
+		t.Errorf("last event %+v, want an unavailable error saying the server is shutting down", last)
+	}
+}

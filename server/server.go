@@ -277,6 +277,24 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// closing reports whether Close has begun.
+func (s *Server) closing() bool { return s.closed.Load() }
+
+// streamContext is ctx, also ended when the server closes: open exec and
+// attach streams then end with an error event a client can read, instead
+// of being cut when the HTTP server gives up waiting for them.
+func (s *Server) streamContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // writeJSON writes v with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -159,6 +159,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Graceful: stop accepting, let requests finish for a while; streams
 	// still open then are cut (their sandboxes live on).
 	log.Info("shutting down")
+	// Close first: open streams end with an error event saying why, then
+	// the HTTP server has nothing left to wait for.
+	srv.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
