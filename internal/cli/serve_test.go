@@ -2,6 +2,15 @@ package cli
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 
 	"bufio"
 	"bytes"
@@ -49,13 +58,13 @@ func (s *syncBuffer) String() string {
 }
 
 // startServe starts cove serve over data and waits until it listens.
-func startServe(t *testing.T, home, data string) *serveProc {
+func startServe(t *testing.T, home, data string, extra ...string) *serveProc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "serve", "--addr", "127.0.0.1:0", "--data", data, "--state-dir", home)
+	cmd := exec.Command(exe, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--state-dir", home, "--pool", "0"}, extra...)...)
 	cmd.Env = append(os.Environ(), "COVE_TEST_CLI=1", "GORACE=atexit_sleep_ms=0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -379,4 +388,63 @@ func pooled(dir string) bool {
 		Pooled bool `json:"pooled"`
 	}
 	return json.Unmarshal(b, &st) == nil && st.Pooled
+}
+
+// TestServeTLS: with --tls-cert and --tls-key the API is served over
+// HTTPS, and the URLs it prints say so.
+func TestServeTLS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cove serve runs the local runtime, which needs root (CI runs as root)")
+	}
+	home, err := os.MkdirTemp("", "ct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(home, "cert.pem"), filepath.Join(home, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+
+	p := startServe(t, home, filepath.Join(home, "srv"), "--tls-cert", certFile, "--tls-key", keyFile)
+	if !strings.HasPrefix(p.url, "https://") {
+		t.Fatalf("URL %q, want https", p.url)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(must(x509.ParseCertificate(der)))
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, _ := http.NewRequest("GET", p.url+"/v1/sandboxes", nil)
+	req.Header.Set("Authorization", "Bearer "+p.admin)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("HTTPS request: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /v1/sandboxes over TLS: %d", resp.StatusCode)
+	}
+	if resp, err := http.Get(strings.Replace(p.url, "https://", "http://", 1) + "/health"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Error("plain HTTP was answered on the TLS port")
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
