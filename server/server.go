@@ -330,22 +330,10 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, errQuota):
 		return http.StatusTooManyRequests, api.CodeLimit
-	case errors.Is(err, sandbox.ErrInvalid):
-		return http.StatusBadRequest, api.CodeInvalid
-	case errors.Is(err, sandbox.ErrNotFound):
-		return http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, sandbox.ErrExist):
-		return http.StatusConflict, api.CodeExists
-	case errors.Is(err, sandbox.ErrState):
-		return http.StatusConflict, api.CodeState
-	case errors.Is(err, sandbox.ErrLimit):
-		return http.StatusTooManyRequests, api.CodeLimit
-	case errors.Is(err, sandbox.ErrPermission):
-		return http.StatusForbidden, api.CodeForbidden
-	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, api.CodeUnavailable
 	}
-	return http.StatusInternalServerError, api.CodeInternal
+	return api.CodeOf(err)
 }
 
 var errQuota = errors.New("quota exceeded")

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/api"
 )
 
@@ -36,43 +35,7 @@ func (e *Error) Error() string {
 
 // Unwrap returns the sentinel of the error's code, or nil for an internal
 // error.
-func (e *Error) Unwrap() error {
-	switch e.Code {
-	case api.CodeInvalid:
-		return sandbox.ErrInvalid
-	case api.CodeUnauthorized, api.CodeForbidden:
-		return sandbox.ErrPermission
-	case api.CodeNotFound:
-		return sandbox.ErrNotFound
-	case api.CodeExists:
-		return sandbox.ErrExist
-	case api.CodeState:
-		return sandbox.ErrState
-	case api.CodeTooLarge, api.CodeLimit:
-		return sandbox.ErrLimit
-	case api.CodeUnavailable:
-		return sandbox.ErrUnavailable
-	case api.CodeInternal:
-		return nil
-	}
-	// A code this client does not know, or a response that is not the
-	// server's (a load balancer's 502): the status says what it can.
-	switch e.Status {
-	case http.StatusBadRequest:
-		return sandbox.ErrInvalid
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return sandbox.ErrPermission
-	case http.StatusNotFound:
-		return sandbox.ErrNotFound
-	case http.StatusConflict:
-		return sandbox.ErrState
-	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		return sandbox.ErrLimit
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return sandbox.ErrUnavailable
-	}
-	return nil
-}
+func (e *Error) Unwrap() error { return api.Sentinel(e.Code, e.Status) }
 
 // responseError reads an error response: the server's {code, message,
 // request_id}, or whatever a proxy in between sent.
