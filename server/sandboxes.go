@@ -355,6 +355,9 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c *caller) (sto
 		s.fail(w, r, fmt.Errorf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, rec.ID, sandbox.ErrState))
 		return rec, nil, false
 	}
+	// Every use of a live session is activity (exec, files, processes,
+	// ports); reading a sandbox's record is not.
+	s.touch(rec.ID)
 	sess, err := s.runtimeSession(r.Context(), rec)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("sandbox %s: %w", rec.ID, err))

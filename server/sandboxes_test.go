@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-sandbox/cove/server/api"
 )
@@ -139,5 +140,23 @@ func TestQuota(t *testing.T) {
 	}
 	if code, _ := ts.call(t, "GET", "/v1/teams/admin/quota", key, nil); code != http.StatusNotFound {
 		t.Errorf("another team's quota: %d, want 404", code)
+	}
+}
+
+// TestFileOpsAreActivity: using a sandbox's files counts as activity for
+// its idle timeout; reading its record does not.
+func TestFileOpsAreActivity(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "active")
+	sb := ts.create(t, key, api.CreateSandbox{})
+	before := ts.lastActivity(sb.ID)
+	time.Sleep(5 * time.Millisecond)
+	ts.must(t, 200, "GET", "/v1/sandboxes/"+sb.ID, key, nil, nil)
+	if got := ts.lastActivity(sb.ID); !got.Equal(before) {
+		t.Errorf("reading the record moved the activity: %v -> %v", before, got)
+	}
+	ts.must(t, 204, "PUT", "/v1/sandboxes/"+sb.ID+"/files?path=a.txt", key, "x", nil)
+	if got := ts.lastActivity(sb.ID); !got.After(before) {
+		t.Errorf("writing a file did not count as activity: %v -> %v", before, got)
 	}
 }

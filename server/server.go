@@ -107,8 +107,11 @@ type Server struct {
 	// through the API (io.go).
 	procTable *procTable
 	done      chan struct{}
-	wg        sync.WaitGroup
-	closed    atomic.Bool
+	// closingCtx ends when Close begins (streams watch it).
+	closingCtx  context.Context
+	stopClosing context.CancelFunc
+	wg          sync.WaitGroup
+	closed      atomic.Bool
 }
 
 type traffic struct{ in, out atomic.Int64 }
@@ -147,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
 		procTable: &procTable{m: map[string]map[int]*procEntry{}}}
+	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
 }
@@ -273,6 +277,7 @@ func (s *Server) Start() {
 func (s *Server) Close() error {
 	if s.closed.CompareAndSwap(false, true) {
 		close(s.done)
+		s.stopClosing()
 	}
 	s.wg.Wait()
 	return nil
@@ -286,14 +291,9 @@ func (s *Server) closing() bool { return s.closed.Load() }
 // of being cut when the HTTP server gives up waiting for them.
 func (s *Server) streamContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-s.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	// AfterFunc registers without a goroutine per stream (exec's path).
+	stop := context.AfterFunc(s.closingCtx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // writeJSON writes v with status.
