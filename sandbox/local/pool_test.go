@@ -16,25 +16,8 @@ import (
 // TestPool: with a warm pool, Create hands out a sandbox started ahead,
 // made into the caller's spec (env, limits, TTL), and the pool refills.
 func TestPool(t *testing.T) {
-	needRoot(t)
-	exe, _ := os.Executable()
-	dir, err := os.MkdirTemp("", "cp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}, Pool: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, dir := newPoolRuntime(t, 0)
 	ctx := context.Background()
-	t.Cleanup(func() {
-		rt.DrainPool(context.Background())
-		infos, _ := rt.List(context.Background())
-		for _, in := range infos {
-			rt.Delete(context.Background(), in.ID)
-		}
-		os.RemoveAll(dir)
-	})
 	first, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,26 +93,9 @@ func pooledIDs(t *testing.T, dir string) []string {
 // TestPoolWithDisk: with PoolDiskBytes the pool serves creates that ask
 // for exactly that disk, and the claimed sandbox's disk limit holds.
 func TestPoolWithDisk(t *testing.T) {
-	needRoot(t)
-	exe, _ := os.Executable()
-	dir, err := os.MkdirTemp("", "cpd")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const diskBytes = 64 << 20
-	rt, err := New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}, Pool: 1, PoolDiskBytes: diskBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, dir := newPoolRuntime(t, diskBytes)
 	ctx := context.Background()
-	t.Cleanup(func() {
-		rt.DrainPool(context.Background())
-		infos, _ := rt.List(context.Background())
-		for _, in := range infos {
-			rt.Delete(context.Background(), in.ID)
-		}
-		os.RemoveAll(dir)
-	})
 	// A create without a disk is not served from this pool.
 	plain, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
@@ -151,4 +117,29 @@ func TestPoolWithDisk(t *testing.T) {
 	if err != nil || st.Success() {
 		t.Errorf("writing 100 MB to a 64 MB pooled disk: %+v %v, want a failure", st, err)
 	}
+}
+
+// newPoolRuntime is a runtime with a pool of one (of diskBytes disks),
+// emptied and removed when the test ends.
+func newPoolRuntime(t *testing.T, diskBytes int64) (*Runtime, string) {
+	t.Helper()
+	needRoot(t)
+	exe, _ := os.Executable()
+	dir, err := os.MkdirTemp("", "cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}, Pool: 1, PoolDiskBytes: diskBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rt.DrainPool(context.Background())
+		infos, _ := rt.List(context.Background())
+		for _, in := range infos {
+			rt.Delete(context.Background(), in.ID)
+		}
+		os.RemoveAll(dir)
+	})
+	return rt, dir
 }
