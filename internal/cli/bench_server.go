@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,7 +72,7 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 			}
 		}()
 	}
-	c := &benchClient{url: strings.TrimSuffix(url, "/"), key: key, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients * 2}}}
+	c := &benchClient{&apiClient{url: strings.TrimSuffix(url, "/"), key: key, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients * 2}}}}
 	var rows [][]string
 	add := func(cols ...string) { rows = append(rows, cols) }
 
@@ -185,37 +184,10 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 }
 
 // benchClient makes the raw API calls the bench times.
-type benchClient struct {
-	url, key string
-	http     *http.Client
-}
-
-func (c *benchClient) req(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		var e api.Error
-		json.NewDecoder(resp.Body).Decode(&e)
-		return nil, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, e.Message)
-	}
-	return resp, nil
-}
+type benchClient struct{ *apiClient }
 
 func (c *benchClient) create(ctx context.Context) (string, error) {
-	resp, err := c.req(ctx, "POST", "/v1/sandboxes", api.CreateSandbox{})
+	resp, err := c.send(ctx, "POST", "/v1/sandboxes", api.CreateSandbox{})
 	if err != nil {
 		return "", err
 	}
@@ -226,7 +198,7 @@ func (c *benchClient) create(ctx context.Context) (string, error) {
 }
 
 func (c *benchClient) delete(ctx context.Context, id string) {
-	if resp, err := c.req(ctx, "DELETE", "/v1/sandboxes/"+id, nil); err == nil {
+	if resp, err := c.send(ctx, "DELETE", "/v1/sandboxes/"+id, nil); err == nil {
 		resp.Body.Close()
 	}
 }
@@ -234,7 +206,7 @@ func (c *benchClient) delete(ctx context.Context, id string) {
 // exec runs a command through the NDJSON exec endpoint and returns its
 // stdout and exit code.
 func (c *benchClient) exec(ctx context.Context, id, cmd string, args ...string) (string, int, error) {
-	resp, err := c.req(ctx, "POST", "/v1/sandboxes/"+id+"/exec", api.Exec{Cmd: cmd, Args: args})
+	resp, err := c.send(ctx, "POST", "/v1/sandboxes/"+id+"/exec", api.Exec{Cmd: cmd, Args: args})
 	if err != nil {
 		return "", 0, err
 	}

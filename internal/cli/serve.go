@@ -270,18 +270,20 @@ func apiClientFromEnv() (*apiClient, error) {
 	return &apiClient{url: strings.TrimSuffix(u, "/"), key: k, http: http.DefaultClient}, nil
 }
 
-func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
+// send makes an API call and returns the response of a success; an
+// error response becomes an error with the server's message.
+func (c *apiClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	if rd != nil {
@@ -289,17 +291,28 @@ func (c *apiClient) do(ctx context.Context, method, path string, body, out any) 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the Cove server at %s: %v", c.url, err)
+		return nil, fmt.Errorf("cannot reach the Cove server at %s: %v", c.url, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e api.Error
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &e) == nil && e.Message != "" {
+			return nil, fmt.Errorf("%s (%s)", e.Message, e.Code)
+		}
+		return nil, fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	return resp, nil
+}
+
+// do is send with the JSON response decoded into out (when not nil).
+func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if resp.StatusCode >= 300 {
-		var e api.Error
-		if json.Unmarshal(data, &e) == nil && e.Message != "" {
-			return fmt.Errorf("%s (%s)", e.Message, e.Code)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
 	if out != nil && len(data) > 0 {
 		return json.Unmarshal(data, out)
 	}
