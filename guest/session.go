@@ -440,9 +440,12 @@ type process struct {
 	streamID string             // the current stream's StreamHeader id
 	cancel   context.CancelFunc // ends the current stream
 	detached bool
-	status   *sandbox.ExitStatus
-	err      error
-	done     chan struct{} // closed when the end event (or a final error) arrives
+	// pumped is closed when the current stream's pump has stopped
+	// delivering output.
+	pumped chan struct{}
+	status *sandbox.ExitStatus
+	err    error
+	done   chan struct{} // closed when the end event (or a final error) arrives
 }
 
 func newProcess(s *Session, tag string, hasPTY bool, stdout, stderr io.Writer, cancel context.CancelFunc) *process {
@@ -488,7 +491,14 @@ func (p *process) run(ctx context.Context, stream *procEventStream) error {
 	p.mu.Lock()
 	p.pid = int(st.Pid)
 	p.mu.Unlock()
-	go p.pump(stream)
+	pumped := make(chan struct{})
+	p.mu.Lock()
+	p.pumped = pumped
+	p.mu.Unlock()
+	go func() {
+		defer close(pumped)
+		p.pump(stream)
+	}()
 	return nil
 }
 
@@ -704,7 +714,7 @@ func (p *process) Resize(ctx context.Context, size sandbox.PTYSize) error {
 func (p *process) Detach() error {
 	p.mu.Lock()
 	p.detached = true
-	cancel, id := p.cancel, p.streamID
+	cancel, id, pumped := p.cancel, p.streamID, p.pumped
 	p.mu.Unlock()
 	var err error
 	if id != "" {
@@ -716,6 +726,15 @@ func (p *process) Detach() error {
 		stop()
 		if err == nil {
 			resp.Body.Close()
+			// The daemon has ended the stream; what it sent before is
+			// still on its way. Deliver it before returning, or it is
+			// lost: the daemon counts it sent, so no Attach resends it.
+			if pumped != nil {
+				select {
+				case <-pumped:
+				case <-time.After(5 * time.Second):
+				}
+			}
 		}
 	}
 	if cancel != nil {
