@@ -94,7 +94,7 @@ var routeDocs = []routeDoc{
 	{Pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", Summary: "Stop exposing a port"},
 	{Pattern: "/p/{id}/{port}/{rest...}", Summary: "Proxy (HTTP and WebSocket) to an exposed port; a private port wants its token in X-Cove-Port-Token or ?cove_token= (then a cookie). Also served by host name {port}-{id}.{domain}", Request: anyBody, Response: anyBody, Public: true},
 
-	{Pattern: "GET /v1/usage", Summary: "Metered use and cost of the team's sandboxes", Query: []string{"from: RFC 3339 (default the start of this month)", "to: RFC 3339 (default now)", "team: another team (admin)"}, Response: api.UsageReport{}},
+	{Pattern: "GET /v1/usage", Summary: "Metered use and cost of the team's sandboxes", Query: []string{"from: RFC 3339 (default the start of this month)", "to: RFC 3339 (default now)", "team: another team (admin)", "by: day for the use per UTC day as well (days; at most 400)"}, Response: api.UsageReport{}},
 
 	{Pattern: "/v1/sandboxes/{id}/guest/", Summary: "The sandbox daemon's own API (envd-compatible Connect RPC, /files, /cove/tar, /cove/port tunnels), for Cove's Go client and E2B-style SDKs", Request: anyBody, Response: anyBody},
 }

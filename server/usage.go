@@ -213,7 +213,8 @@ func (s *Server) usageRoutes() {
 // sandbox (deleted ones too) and in total, priced with Config.Prices.
 // Intervals that straddle from or to count pro rata. Use of the last
 // minute or so may not be recorded yet. An admin key may ask for another
-// team's with team=.
+// team's with team=. With by=day the report also has the team's use per
+// UTC day, for charts.
 func (s *Server) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := r.URL.Query()
 	now := s.cfg.Now().UTC()
@@ -234,6 +235,19 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if !to.After(from) {
 		s.fail(w, r, invalid("to (%s) must be after from (%s)", to.Format(time.RFC3339), from.Format(time.RFC3339)))
+		return
+	}
+	byDay := false
+	switch q.Get("by") {
+	case "":
+	case "day":
+		if to.Sub(from) > maxUsageDays*24*time.Hour {
+			s.fail(w, r, invalid("by=day covers at most %d days; narrow from and to", maxUsageDays))
+			return
+		}
+		byDay = true
+	default:
+		s.fail(w, r, invalid("by: %q is not known; use by=day (or leave it out)", q.Get("by")))
 		return
 	}
 	team := c.team
@@ -263,7 +277,48 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		t.BytesOut += su.BytesOut
 	}
 	rep.Total.CostUSD = s.cfg.Prices.cost(rep.Total)
+	if byDay {
+		if rep.Days, err = s.usageDays(r.Context(), team, from, to); err != nil {
+			s.fail(w, r, fmt.Errorf("usage of team %s per day: %w", team, err))
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// maxUsageDays bounds a by=day report (a query per day).
+const maxUsageDays = 400
+
+// usageDays is team's use per UTC day over [from, to). The store prices
+// intervals that straddle a bound pro rata, so asking it day by day
+// splits the use exactly.
+func (s *Server) usageDays(ctx context.Context, team string, from, to time.Time) ([]api.UsageDay, error) {
+	var days []api.UsageDay
+	from, to = from.UTC(), to.UTC()
+	for day := time.Date(from.Year(), from.Month(), from.Day(), 0, 0, 0, 0, time.UTC); day.Before(to); day = day.AddDate(0, 0, 1) {
+		start, end := day, day.AddDate(0, 0, 1)
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		sums, err := s.cfg.Store.UsageByTeam(ctx, team, start, end)
+		if err != nil {
+			return nil, err
+		}
+		var t api.SandboxUsage
+		for _, u := range sums {
+			t.CPUSeconds += u.CPUSeconds
+			t.MemoryGiBSecs += u.MemoryGiBSecs
+			t.DiskGiBHours += u.DiskGiBHours
+			t.BytesIn += u.BytesIn
+			t.BytesOut += u.BytesOut
+		}
+		days = append(days, api.UsageDay{Date: day.Format(time.DateOnly), CPUSeconds: t.CPUSeconds, MemoryGiBSecs: t.MemoryGiBSecs,
+			DiskGiBHours: t.DiskGiBHours, BytesIn: t.BytesIn, BytesOut: t.BytesOut, CostUSD: s.cfg.Prices.cost(t)})
+	}
+	return days, nil
 }
 
 // cost prices use; egress is the bytes out of the sandbox.

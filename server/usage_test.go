@@ -215,3 +215,42 @@ func TestUsageBadRange(t *testing.T) {
 		t.Errorf("default range: %+v", rep)
 	}
 }
+
+// TestUsageByDay: by=day splits the team's use at UTC midnights, and the
+// days add up to the total.
+func TestUsageByDay(t *testing.T) {
+	clock := newFakeClock()
+	ts := newTestServer(t, Config{Now: clock.Now})
+	key := ts.teamKey(t, "daily")
+	t0 := clock.Now()
+	ts.create(t, key, api.CreateSandbox{CPUs: 1, TTLSeconds: 3 * 86400})
+	clock.Add(25 * time.Hour)
+	day0 := t0.Truncate(24 * time.Hour)
+	q := url.Values{"from": {day0.Format(time.RFC3339)}, "to": {day0.AddDate(0, 0, 3).Format(time.RFC3339)}, "by": {"day"}}
+	var rep api.UsageReport
+	eventually(t, "25 hours recorded", func() bool {
+		ts.must(t, 200, "GET", "/v1/usage?"+q.Encode(), key, nil, &rep)
+		return near(rep.Total.CPUSeconds, 25*3600)
+	})
+	if len(rep.Days) != 3 {
+		t.Fatalf("got %d days, want 3: %+v", len(rep.Days), rep.Days)
+	}
+	sum := 0.0
+	for i, d := range rep.Days {
+		if want := day0.AddDate(0, 0, i).Format(time.DateOnly); d.Date != want {
+			t.Errorf("day %d is %s, want %s", i, d.Date, want)
+		}
+		sum += d.CPUSeconds
+	}
+	if first := day0.AddDate(0, 0, 1).Sub(t0).Seconds(); !near(rep.Days[0].CPUSeconds, first) {
+		t.Errorf("first day: %v CPU-seconds, want %v (creation to midnight)", rep.Days[0].CPUSeconds, first)
+	}
+	if !near(sum, rep.Total.CPUSeconds) || rep.Days[1].CostUSD <= 0 {
+		t.Errorf("days %+v do not add up to the total %+v", rep.Days, rep.Total)
+	}
+	for _, bad := range []string{"by=week", "by=day&from=2020-01-01T00:00:00Z&to=2026-01-01T00:00:00Z"} {
+		if code, data := ts.call(t, "GET", "/v1/usage?"+bad, key, nil); code != 400 {
+			t.Errorf("%s: %d %s, want 400", bad, code, data)
+		}
+	}
+}

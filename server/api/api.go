@@ -242,6 +242,20 @@ type UsageReport struct {
 	To        time.Time      `json:"to"`
 	Sandboxes []SandboxUsage `json:"sandboxes"`
 	Total     SandboxUsage   `json:"total"`
+	// Days is the team's use per UTC day (asked for with by=day), each
+	// day cut to [From, To).
+	Days []UsageDay `json:"days,omitempty"`
+}
+
+// UsageDay is one UTC day of a UsageReport.
+type UsageDay struct {
+	Date          string  `json:"date"` // 2006-01-02
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	MemoryGiBSecs float64 `json:"memory_gib_secs"`
+	DiskGiBHours  float64 `json:"disk_gib_hours"`
+	BytesIn       int64   `json:"bytes_in"`
+	BytesOut      int64   `json:"bytes_out"`
+	CostUSD       float64 `json:"cost_usd"`
 }
 
 // SandboxUsage is the metered use of one sandbox (or the total).
