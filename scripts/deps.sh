@@ -23,6 +23,8 @@ command -v dpkg-deb >/dev/null || need+=(dpkg)
 # The MCP adapter's tests run a real npm MCP server with node.
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# The web UI's browser tests drive Debian's chromium headless (server).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
