@@ -8,6 +8,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
@@ -131,6 +132,60 @@ type Usage struct {
 	BytesOut      int64     `json:"bytes_out"`
 }
 
+// Run is an agent run the server holds (its API form is server/api.Run).
+type Run struct {
+	ID        string `json:"id"`
+	TeamID    string `json:"team_id"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+	Status    string `json:"status"`
+	// Config is how the run was asked for (the server's JSON), kept to
+	// rebuild the agent after a restart.
+	Config json.RawMessage `json:"config"`
+	// State is the harness's RunState JSON at the last turn boundary
+	// (or interruption): what a resume, a follow-up or a restarted server
+	// goes on from.
+	State    json.RawMessage `json:"state,omitempty"`
+	Input    string          `json:"input"`
+	Messages int             `json:"messages"`
+	Output   string          `json:"output,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	// Usage is the tokens used so far (the server's JSON).
+	Usage       json.RawMessage `json:"usage,omitempty"`
+	LastEventID int64           `json:"last_event_id"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	FinishedAt  time.Time       `json:"finished_at,omitempty"`
+}
+
+// RunFilter selects runs of one team.
+type RunFilter struct {
+	TeamID string
+	// Status, when set, keeps only runs in that status.
+	Status string
+	// After is a cursor: the id of the last run of the previous page.
+	After string
+	// Limit caps the page; 0 means 100.
+	Limit int
+}
+
+// RunEvent is one event of a run's log: Seq counts from 1 per run, Data
+// is the event's JSON.
+type RunEvent struct {
+	RunID string          `json:"run_id"`
+	Seq   int64           `json:"seq"`
+	Type  string          `json:"type"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// Secret is a named value of a team (a model API key). Value is sealed
+// by the server before it is stored; the store never sees it in clear.
+type Secret struct {
+	TeamID    string    `json:"team_id"`
+	Name      string    `json:"name"`
+	Value     []byte    `json:"-"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
 // Store keeps the server's records. Implementations are safe for
 // concurrent use and survive a crash at any point without losing a
 // committed write.
@@ -180,6 +235,29 @@ type Store interface {
 	AddUsage(ctx context.Context, u Usage) error
 	// UsageByTeam sums a team's usage per sandbox over [from, to).
 	UsageByTeam(ctx context.Context, teamID string, from, to time.Time) ([]Usage, error)
+
+	// PutRun creates or replaces a run record. ErrNotFound if its team
+	// does not exist; ErrExist if the id is another team's run.
+	PutRun(ctx context.Context, r Run) error
+	// GetRun returns a run of the team ("" for any team).
+	GetRun(ctx context.Context, teamID, id string) (Run, error)
+	// ListRuns returns a page of runs, newest first, and the cursor of
+	// the next page ("" at the end).
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error)
+	// AppendRunEvents adds events to their runs' logs; an event whose
+	// (run, seq) is already there is ErrExist and nothing is added.
+	AppendRunEvents(ctx context.Context, evs []RunEvent) error
+	// RunEvents returns up to limit events of a run with Seq > after, in
+	// order.
+	RunEvents(ctx context.Context, runID string, after int64, limit int) ([]RunEvent, error)
+
+	// PutSecret creates or replaces a team's secret.
+	PutSecret(ctx context.Context, s Secret) error
+	// GetSecret returns a secret of the team: ErrNotFound if none.
+	GetSecret(ctx context.Context, teamID, name string) (Secret, error)
+	// ListSecrets lists a team's secrets by name.
+	ListSecrets(ctx context.Context, teamID string) ([]Secret, error)
+	DeleteSecret(ctx context.Context, teamID, name string) error
 
 	Close() error
 }

@@ -119,6 +119,46 @@ CREATE TABLE deleted_sandboxes (
 ) STRICT;
 CREATE INDEX deleted_sandboxes_by_age ON deleted_sandboxes (deleted_at);
 `,
+
+	// 3: agent runs, their event logs (replayed to reconnecting clients)
+	// and team secrets (model API keys, sealed by the server). A run's
+	// sandbox is not a foreign key: the sandbox may be deleted while the
+	// run's record and log stay readable.
+	`
+CREATE TABLE runs (
+	id            TEXT PRIMARY KEY,
+	team_id       TEXT NOT NULL REFERENCES teams (id),
+	sandbox_id    TEXT NOT NULL,
+	status        TEXT NOT NULL,
+	config        TEXT NOT NULL,
+	state         TEXT,
+	input         TEXT NOT NULL,
+	messages      INTEGER NOT NULL,
+	output        TEXT NOT NULL,
+	error         TEXT NOT NULL,
+	usage         TEXT,
+	last_event_id INTEGER NOT NULL,
+	created_at    INTEGER NOT NULL,
+	updated_at    INTEGER NOT NULL,
+	finished_at   INTEGER
+) STRICT;
+CREATE INDEX runs_by_team ON runs (team_id, created_at DESC, id DESC);
+CREATE INDEX runs_by_status ON runs (status);
+CREATE TABLE run_events (
+	run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+	seq    INTEGER NOT NULL,
+	type   TEXT NOT NULL,
+	data   TEXT NOT NULL,
+	PRIMARY KEY (run_id, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE secrets (
+	team_id    TEXT NOT NULL REFERENCES teams (id),
+	name       TEXT NOT NULL,
+	value      BLOB NOT NULL,
+	updated_at INTEGER NOT NULL,
+	PRIMARY KEY (team_id, name)
+) STRICT;
+`,
 }
 
 // errNewerSchema: the database was written by a newer cove. Opening it
