@@ -108,6 +108,12 @@ type RunConfig struct {
 	Prices map[string]Price
 	// Input is added before the input text of Run (images, earlier turns).
 	Input []Item
+	// OnCheckpoint is called at each turn boundary, before the model is
+	// called, with the run's state (no calls pending): a server saves it
+	// to go on from there after a crash. It is called on the run's
+	// goroutine and the state changes after it returns: marshal it, do
+	// not keep it.
+	OnCheckpoint func(*RunState)
 }
 
 // DefaultMaxTurns bounds a run's model calls when RunConfig.MaxTurns is 0.

@@ -237,6 +237,9 @@ func (r *Runner) run(ctx context.Context, a *Agent, st *RunState, cfg RunConfig)
 				return finish("", err)
 			}
 		}
+		if cfg.OnCheckpoint != nil {
+			cfg.OnCheckpoint(st)
+		}
 		if st.Turn >= maxTurns {
 			return finish("", fmt.Errorf("agent %q: %d turns without a final answer (raise MaxTurns): %w", a.Name, maxTurns, ErrMaxTurns))
 		}

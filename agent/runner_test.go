@@ -396,3 +396,60 @@ func TestResultDecode(t *testing.T) {
 		t.Errorf("schema %v", o.Schema)
 	}
 }
+
+// A server saves the state at each turn boundary; resuming from a saved
+// checkpoint (after a crash) goes on with the conversation as it was, and
+// a run that failed mid-turn continues after Abandon.
+func TestCheckpointAndAbandon(t *testing.T) {
+	m := &scripted{turns: []func(agent.ModelRequest) []agent.Item{
+		call("c1", "echo", `{"text":"one"}`),
+		// The model fails on its second turn (out of turns).
+	}}
+	a := &agent.Agent{Name: "t", Model: m, Tools: []agent.Tool{echoTool()}}
+	var saved [][]byte
+	cfg := agent.RunConfig{OnCheckpoint: func(st *agent.RunState) {
+		if len(st.Pending) != 0 {
+			t.Errorf("checkpoint with %d calls pending", len(st.Pending))
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved = append(saved, b)
+	}}
+	res, err := (&agent.Runner{}).Run(context.Background(), a, "go", cfg)
+	if err == nil || res == nil {
+		t.Fatalf("run = %v, %v; want the model's failure with a state", res, err)
+	}
+	if len(saved) != 2 {
+		t.Fatalf("%d checkpoints, want 2 (before each model call)", len(saved))
+	}
+	st, err := agent.ParseRunState(saved[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Items[len(st.Items)-1]; got.Type != agent.ItemToolOutput || agent.Text(got.Output) != "echo: one" {
+		t.Errorf("last checkpoint ends with %+v, want c1's output", got)
+	}
+	m.turns = append(m.turns, say("recovered"))
+	res, err = (&agent.Runner{}).Resume(context.Background(), a, st, agent.RunConfig{})
+	if err != nil || res.Output != "recovered" {
+		t.Fatalf("resume from checkpoint = %+v, %v", res, err)
+	}
+
+	// A state left with a pending call (cancelled while a tool ran) is
+	// refused by Continue until Abandon answers the call.
+	st = res.State
+	st.Pending = []agent.Item{{Type: agent.ItemToolCall, CallID: "c9", Name: "echo", Arguments: `{"text":"x"}`}}
+	if _, err := (&agent.Runner{}).Continue(context.Background(), a, st, "more", agent.RunConfig{}); !errors.Is(err, sandbox.ErrState) {
+		t.Fatalf("continue with a pending call: err = %v, want ErrState", err)
+	}
+	st.Abandon("the run was cancelled")
+	m.turns = append(m.turns, say("ok"))
+	if res, err = (&agent.Runner{}).Continue(context.Background(), a, st, "more", agent.RunConfig{}); err != nil || res.Output != "ok" {
+		t.Fatalf("continue after abandon = %+v, %v", res, err)
+	}
+	if got := lastOutput(m.reqs[len(m.reqs)-1], "c9"); !strings.Contains(got, "not run: the run was cancelled") {
+		t.Errorf("abandoned call's output = %q", got)
+	}
+}

@@ -75,6 +75,20 @@ func (s *RunState) DecideAll(d Decision, message string) {
 	}
 }
 
+// Abandon ends the calls still pending (a run cancelled or failed
+// mid-turn) by telling the model they were not run, with reason, so that
+// Continue can go on from this state.
+func (s *RunState) Abandon(reason string) {
+	msg := "This tool call was not run"
+	if reason != "" {
+		msg += ": " + reason
+	}
+	for _, call := range s.Pending {
+		s.Items = append(s.Items, toolOutput(call, TextResult(msg+".")))
+	}
+	s.Pending, s.Approvals = nil, nil
+}
+
 // Undecided lists the approvals still waiting.
 func (s *RunState) Undecided() []Approval {
 	var out []Approval
