@@ -102,6 +102,11 @@ type Config struct {
 	// Logger, when set, gets a line for each retry (why, and how long
 	// the wait is), so a slow run can be explained.
 	Logger *slog.Logger
+	// NoEnv reads nothing from the environment: no key, base URL,
+	// organisation or project comes from $OPENAI_*. A server choosing a
+	// key per tenant sets it, so that a tenant's own base URL is never
+	// sent the server's key.
+	NoEnv bool
 }
 
 // Model is an agent.Model over one OpenAI(-compatible) model. It is safe
@@ -127,7 +132,11 @@ var _ agent.Model = (*Model)(nil)
 // URL is not an http(s) URL, or when a non-OpenAI server has no model
 // name.
 func New(cfg Config) (*Model, error) {
-	base := firstNonEmpty(cfg.BaseURL, os.Getenv("OPENAI_BASE_URL"), DefaultBaseURL)
+	env := os.Getenv
+	if cfg.NoEnv {
+		env = func(string) string { return "" }
+	}
+	base := firstNonEmpty(cfg.BaseURL, env("OPENAI_BASE_URL"), DefaultBaseURL)
 	base = strings.TrimRight(base, "/")
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -141,7 +150,7 @@ func New(cfg Config) (*Model, error) {
 		maxDelay: cfg.RetryMaxDelay,
 		log:      cfg.Logger,
 	}
-	key := firstNonEmpty(cfg.APIKey, os.Getenv("OPENAI_API_KEY"))
+	key := firstNonEmpty(cfg.APIKey, env("OPENAI_API_KEY"))
 	if key == "" && m.isOpenAI {
 		return nil, errNoAPIKey
 	}
@@ -186,10 +195,10 @@ func New(cfg Config) (*Model, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	if org := firstNonEmpty(cfg.Organization, os.Getenv("OPENAI_ORG_ID")); org != "" {
+	if org := firstNonEmpty(cfg.Organization, env("OPENAI_ORG_ID")); org != "" {
 		opts = append(opts, option.WithOrganization(org))
 	}
-	if p := firstNonEmpty(cfg.Project, os.Getenv("OPENAI_PROJECT_ID")); p != "" {
+	if p := firstNonEmpty(cfg.Project, env("OPENAI_PROJECT_ID")); p != "" {
 		opts = append(opts, option.WithProject(p))
 	}
 	m.responses = responses.NewResponseService(opts...)

@@ -518,6 +518,10 @@ func TestNew(t *testing.T) {
 		{name: "other server without model", cfg: openai.Config{BaseURL: "http://localhost:11434/v1"}, wantErr: "no model name for http://localhost:11434/v1"},
 		{name: "not a URL", cfg: openai.Config{BaseURL: "localhost:11434", Model: "m"}, wantErr: "is not an http(s) URL"},
 		{name: "unknown API", cfg: openai.Config{APIKey: "sk", API: "completions"}, wantErr: `API "completions" is unknown`},
+		// A server picking keys per tenant reads nothing from its own
+		// environment: not the key, not the base URL.
+		{name: "no env", env: map[string]string{"OPENAI_API_KEY": "sk-env", "OPENAI_BASE_URL": "http://localhost:8000/v1"}, cfg: openai.Config{NoEnv: true}, wantErr: "OPENAI_API_KEY is not set"},
+		{name: "no env, other server", env: map[string]string{"OPENAI_BASE_URL": "http://localhost:8000/v1"}, cfg: openai.Config{NoEnv: true, BaseURL: "http://localhost:9/v1", Model: "m"}, api: openai.Chat, model: "m", url: "http://localhost:9/v1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -563,4 +567,21 @@ func redirectTo(srv *fake.Server) *http.Client {
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		},
 	}}
+}
+
+// TestNoEnvSendsNoKey: with NoEnv the environment's key never reaches
+// another server.
+func TestNoEnvSendsNoKey(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-server-secret")
+	srv := fake.NewServer(t, fake.Text("ok"))
+	m, err := openai.New(openai.Config{BaseURL: srv.URL, Model: "m", NoEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Respond(context.Background(), request(agent.UserMessage("hi")), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Requests()[0].Header.Get("Authorization"); strings.Contains(got, "sk-server-secret") {
+		t.Errorf("Authorization = %q: the environment's key was sent", got)
+	}
 }
