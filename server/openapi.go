@@ -96,6 +96,17 @@ var routeDocs = []routeDoc{
 
 	{Pattern: "GET /v1/usage", Summary: "Metered use and cost of the team's sandboxes", Query: []string{"from: RFC 3339 (default the start of this month)", "to: RFC 3339 (default now)", "team: another team (admin)", "by: day for the use per UTC day as well (days; at most 400)"}, Response: api.UsageReport{}},
 
+	{Pattern: "POST /v1/runs", Summary: "Start an agent run in a new sandbox (from sandbox/manifest, or a tar as the \"workspace\" part of a multipart/form-data body whose \"run\" part is this JSON) or in sandbox_id; webhook_secret is in this response only", Request: api.CreateRun{}, Response: api.Run{}, Status: 201},
+	{Pattern: "GET /v1/runs", Summary: "List the team's runs, newest first", Query: []string{"status: running, waiting, idle, failed or cancelled", "limit: 1 to 1000 (default 100)", "cursor: next of the previous page"}, Response: api.RunList{}},
+	{Pattern: "GET /v1/runs/{id}", Summary: "Describe a run: status, answer, approvals waiting, usage and cost", Response: api.Run{}},
+	{Pattern: "GET /v1/runs/{id}/events", Summary: "The run's events as Server-Sent Events (id, event type, JSON data: the events of cove run --json plus user_message and run_status), from after Last-Event-ID (or ?after=); ends when the run stops working unless follow=true", Query: []string{"after: the last event id seen (instead of the Last-Event-ID header)", "follow: true to stay open across follow-ups"}, Response: "text/event-stream"},
+	{Pattern: "POST /v1/runs/{id}/approvals", Summary: "Approve or reject the calls a waiting run asks about; once all are decided the run goes on", Request: api.RunDecisions{}, Response: api.Run{}},
+	{Pattern: "POST /v1/runs/{id}/messages", Summary: "Send a follow-up: the run goes on in the same sandbox with the conversation so far", Request: api.RunMessage{}, Response: api.Run{}},
+	{Pattern: "POST /v1/runs/{id}/cancel", Summary: "Cancel a working or waiting run (its running command is killed); a message goes on from there", Response: api.Run{}},
+	{Pattern: "PUT /v1/secrets/{name}", Summary: "Set a team secret (a model API key, e.g. OPENAI_API_KEY), sealed by the server and never returned", Request: api.SetSecret{}, Response: api.Secret{}},
+	{Pattern: "GET /v1/secrets", Summary: "List the team's secrets (names only)", Response: api.SecretList{}},
+	{Pattern: "DELETE /v1/secrets/{name}", Summary: "Delete a team secret"},
+
 	{Pattern: "/v1/sandboxes/{id}/guest/", Summary: "The sandbox daemon's own API (envd-compatible Connect RPC, /files, /cove/tar, /cove/port tunnels), for Cove's Go client and E2B-style SDKs", Request: anyBody, Response: anyBody},
 }
 

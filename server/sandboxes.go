@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -221,19 +222,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		s.fail(w, r, err)
 		return
 	}
-	if len(req.Manifest) > 0 {
-		m, err := manifest.Parse(req.Manifest) // checked by specFor already
-		if err == nil {
-			// Host paths in a tenant's manifest would read the server's
-			// own files: local_file and local_dir are confined to an
-			// empty directory, which refuses them.
-			err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir()})
-		}
-		if err != nil {
-			s.remove(ctx, rec.ID)
-			s.fail(w, r, fmt.Errorf("applying the manifest (the sandbox was deleted): %w", err))
-			return
-		}
+	if err := s.applyManifest(ctx, rec.ID, sess, req.Manifest); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	s.metrics.created(time.Since(start))
 	writeJSON(w, http.StatusCreated, s.view(rec))
@@ -265,6 +256,27 @@ func (s *Server) createRecorded(ctx context.Context, team string, req api.Create
 		return rec, nil, fmt.Errorf("recording sandbox %s: %w", sess.ID(), err)
 	}
 	return rec, sess, nil
+}
+
+// applyManifest builds the workspace of a sandbox just made from a
+// tenant's manifest (none when raw is empty); on error the sandbox is
+// deleted.
+func (s *Server) applyManifest(ctx context.Context, id string, sess sandbox.Session, raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	m, err := manifest.Parse(raw) // checked by specFor already
+	if err == nil {
+		// Host paths in a tenant's manifest would read the server's own
+		// files: local_file and local_dir are confined to an empty
+		// directory, which refuses them.
+		err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir()})
+	}
+	if err != nil {
+		s.remove(ctx, id)
+		return fmt.Errorf("applying the manifest (the sandbox was deleted): %w", err)
+	}
+	return nil
 }
 
 // emptyDir is a directory with nothing in it, for manifest base dirs.
@@ -419,37 +431,38 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, c *caller
 	if !ok {
 		return
 	}
-	if rec.State == store.StateRunning {
-		writeJSON(w, http.StatusOK, s.view(rec))
-		return
-	}
-	ctx := context.WithoutCancel(r.Context())
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-	if err := s.admit(ctx, c.team, rec.Spec); err != nil {
+	if err := s.resume(context.WithoutCancel(r.Context()), c.team, &rec); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, s.view(rec))
+}
+
+// resume starts a stopped sandbox of team again (within its quota) and
+// records it; a running one is left as it is.
+func (s *Server) resume(ctx context.Context, team string, rec *store.Sandbox) error {
+	if rec.State == store.StateRunning {
+		return nil
+	}
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if err := s.admit(ctx, team, rec.Spec); err != nil {
+		return err
 	}
 	// A resumed sandbox gets its TTL afresh; the runtime's deadline is
 	// cleared so it starts one.
 	if d, ok := s.cfg.Runtime.(sandbox.Deadliner); ok {
 		if err := d.SetDeadline(ctx, rec.ID, time.Time{}); err != nil {
-			s.fail(w, r, err)
-			return
+			return err
 		}
 	}
 	if _, err := s.cfg.Runtime.Resume(ctx, rec.ID); err != nil {
-		s.fail(w, r, fmt.Errorf("resuming sandbox %s: %w", rec.ID, err))
-		return
+		return fmt.Errorf("resuming sandbox %s: %w", rec.ID, err)
 	}
 	now := s.cfg.Now()
 	rec.State, rec.StartedAt, rec.StoppedAt, rec.LastActivity = store.StateRunning, now, time.Time{}, now
 	rec.Deadline = now.Add(rec.Spec.TTL)
-	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.view(rec))
+	return s.cfg.Store.PutSandbox(ctx, *rec)
 }
 
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, c *caller) {

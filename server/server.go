@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -52,6 +53,11 @@ type Config struct {
 	Prices Prices
 	// Now is the clock (tests move it).
 	Now func() time.Time
+	// Model is the model endpoint of agent runs (POST /v1/runs).
+	Model ModelConfig
+	// SecretKey seals team secrets (32 bytes); nil means the key in
+	// DataDir/secret.key, made on first start.
+	SecretKey []byte
 }
 
 // Prices are USD per unit of metered use.
@@ -112,6 +118,13 @@ type Server struct {
 	stopClosing context.CancelFunc
 	wg          sync.WaitGroup
 	closed      atomic.Bool
+
+	// runs are the agent runs in memory (runs.go).
+	runs *runHub
+	// secretOnce loads the key that seals team secrets (secrets.go).
+	secretOnce sync.Once
+	sealer     cipher.AEAD
+	secretErr  error
 }
 
 type traffic struct{ in, out atomic.Int64 }
@@ -149,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Store = newCachedStore(cfg.Store)
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}}
+		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub()}
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -167,6 +180,8 @@ func (s *Server) routes() {
 	s.portRoutes()
 	s.usageRoutes()
 	s.guestRoutes()
+	s.runRoutes()
+	s.secretRoutes()
 }
 
 // handle registers an authenticated API endpoint.
@@ -251,7 +266,21 @@ func (w *statusWriter) Flush() {
 // Start runs the background loops: lifecycle policies and metering.
 // Reconcile should have run first.
 func (s *Server) Start() {
-	s.wg.Add(2)
+	s.recoverRuns(context.Background())
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(runFlushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+				s.flushRuns(context.Background())
+			}
+		}
+	}()
 	go func() {
 		defer s.wg.Done()
 		s.lifecycleLoop()
@@ -280,6 +309,7 @@ func (s *Server) Close() error {
 		s.stopClosing()
 	}
 	s.wg.Wait()
+	s.closeRuns()
 	return nil
 }
 

@@ -92,10 +92,11 @@ type Run struct {
 
 // RunUsage is the tokens a run used.
 type RunUsage struct {
-	Requests     int `json:"requests"`
-	InputTokens  int `json:"input_tokens"`
-	CachedTokens int `json:"cached_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	Requests        int64 `json:"requests"`
+	InputTokens     int64 `json:"input_tokens"`
+	CachedTokens    int64 `json:"cached_tokens"`
+	OutputTokens    int64 `json:"output_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 }
 
 // RunApproval is a tool call waiting for a decision.
