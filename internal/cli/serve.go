@@ -51,6 +51,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxUpload := fs.Int64("max-upload", 1<<30, "largest file or tar upload, bytes")
 	pool := fs.Int("pool", 2, "sandboxes of the default size to keep started ahead, so a create takes one at once (0: none)")
 	pricesFile := fs.String("prices", "", `JSON price table for usage costs: {"cpu_second":..,"memory_gib_second":..,"disk_gib_hour":..,"egress_gib":..}`)
+	modelBase := fs.String("model-base-url", os.Getenv("OPENAI_BASE_URL"), "the model endpoint of agent runs (POST /v1/runs), OpenAI-compatible; its key is $OPENAI_API_KEY and is sent nowhere else ($OPENAI_BASE_URL; default OpenAI)")
+	model := fs.String("model", os.Getenv("COVE_MODEL"), "model of agent runs that name none ($COVE_MODEL; default gpt-5.1 at OpenAI)")
+	modelAPI := fs.String("model-api", "", `"responses" or "chat" for --model-base-url (default: responses for OpenAI, chat otherwise)`)
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -112,6 +115,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Config{
 		Runtime: rt, Store: st, DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
 		DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
+		Model: server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
 	})
 	if err != nil {
 		l.Close()
