@@ -182,6 +182,7 @@ func (s *Server) routes() {
 	s.guestRoutes()
 	s.runRoutes()
 	s.secretRoutes()
+	s.uiRoutes()
 }
 
 // handle registers an authenticated API endpoint.

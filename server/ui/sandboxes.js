@@ -1,0 +1,269 @@
+// The sandboxes list and the sandbox page (console, terminal, files).
+
+import {api, q, sizes} from './api.js';
+import {busy, confirmButton, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtUSD, h, showError, showNotice} from './dom.js';
+import {consolePanel} from './console.js';
+import {terminalPanel} from './terminal.js';
+import {filesPanel} from './files.js';
+
+const path = (id) => `/v1/sandboxes/${encodeURIComponent(id)}`;
+
+export function sizeText(sb) {
+  return `${fmtNum(sb.cpus, 2)} CPU · ${fmtBytes(sb.memory_bytes)} · ${fmtBytes(sb.disk_bytes)} disk`;
+}
+
+// ttlLeft says how long a running sandbox has before it expires.
+export function ttlLeft(sb) {
+  if (sb.state !== 'running') return '—';
+  if (!sb.deadline) return 'no TTL';
+  const ms = Date.parse(sb.deadline) - Date.now();
+  if (ms <= 0) return 'expiring';
+  return fmtDuration(ms).replace(/ \d+ s$/, '');
+}
+
+function stateBadge(state) {
+  return h('span', {class: `badge state-${state}`}, state);
+}
+
+// sandboxActions are the stop/resume/delete buttons; done runs after a
+// change with the new record (null when deleted).
+function sandboxActions(sb, done) {
+  const stop = h('button', {type: 'button'}, 'Stop');
+  stop.addEventListener('click', () => busy(stop, 'Stopping…', async () => {
+    try {
+      done(await api('POST', `${path(sb.id)}/stop`));
+    } catch (e) {
+      showError(e, `Stopping ${sb.id}`);
+    }
+  }));
+  const resume = h('button', {type: 'button'}, 'Resume');
+  resume.addEventListener('click', () => busy(resume, 'Resuming…', async () => {
+    try {
+      done(await api('POST', `${path(sb.id)}/resume`));
+    } catch (e) {
+      showError(e, `Resuming ${sb.id}`);
+    }
+  }));
+  const del = confirmButton('Delete', async () => {
+    try {
+      await api('DELETE', path(sb.id));
+      showNotice(`Deleted ${sb.id}.`);
+      done(null);
+    } catch (e) {
+      showError(e, `Deleting ${sb.id}`);
+    }
+  }, {class: 'danger', 'aria-label': `Delete ${sb.id}`});
+  stop.setAttribute('aria-label', `Stop ${sb.id}`);
+  resume.setAttribute('aria-label', `Resume ${sb.id}`);
+  return h('span', {class: 'actions'}, sb.state === 'running' ? stop : resume, del);
+}
+
+// ---- the list ----
+
+export async function sandboxesView(ctx) {
+  const {main, signal} = ctx;
+  const template = h('input', {id: 'new-template', name: 'template', placeholder: 'host (the default)', autocomplete: 'off'});
+  const size = h('select', {id: 'new-size', name: 'size'},
+    Object.entries(sizes).map(([name, z]) => h('option', {value: name}, `${name} — ${z.cpus} CPU, ${fmtBytes(z.memory)}, ${fmtBytes(z.disk)} disk`)));
+  const ttl = h('select', {id: 'new-ttl', name: 'ttl'},
+    [['', 'server default'], [1800, '30 minutes'], [3600, '1 hour'], [4 * 3600, '4 hours'], [86400, '1 day'], [7 * 86400, '7 days']]
+      .map(([v, label]) => h('option', {value: v}, label)));
+  const create = h('button', {type: 'submit', class: 'primary', id: 'create'}, 'Create sandbox');
+  const form = h('form', {class: 'card row-form', id: 'create-form', 'aria-label': 'Create a sandbox'},
+    h('div', {class: 'field'}, h('label', {for: 'new-template'}, 'Template'), template),
+    h('div', {class: 'field'}, h('label', {for: 'new-size'}, 'Size'), size),
+    h('div', {class: 'field'}, h('label', {for: 'new-ttl'}, 'Stops after'), ttl),
+    h('div', {class: 'field end'}, create));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    busy(create, 'Creating…', async () => {
+      try {
+        const body = {size: size.value};
+        if (template.value.trim()) body.template = template.value.trim();
+        if (ttl.value) body.ttl_seconds = Number(ttl.value);
+        const sb = await api('POST', '/v1/sandboxes', {body});
+        location.hash = `#/sandboxes/${encodeURIComponent(sb.id)}`;
+      } catch (err) {
+        showError(err, 'Creating a sandbox');
+      }
+    });
+  });
+
+  const refresh = h('button', {type: 'button'}, 'Refresh');
+  const tbody = h('tbody');
+  const table = h('table', {class: 'list', id: 'sandboxes'},
+    h('caption', {class: 'sr-only'}, 'Your team’s sandboxes'),
+    h('thead', {}, h('tr', {}, ['Sandbox', 'State', 'Template', 'Size', 'Age', 'TTL left', 'Usage this month', 'Actions'].map((t) => h('th', {scope: 'col'}, t)))),
+    tbody);
+  const empty = h('p', {class: 'muted', hidden: true}, 'No sandboxes yet: create one above.');
+  const more = h('button', {type: 'button', hidden: true}, 'Load more');
+  main.append(
+    h('div', {class: 'title-row'}, h('h1', {}, 'Sandboxes'), refresh),
+    form, h('div', {class: 'table-wrap'}, table), empty, more);
+
+  let rows = [];
+  let usage = {};
+  let cursor = '';
+
+  const row = (sb) => {
+    const u = usage[sb.id];
+    const tr = h('tr', {'data-id': sb.id},
+      h('td', {}, h('a', {href: `#/sandboxes/${encodeURIComponent(sb.id)}`}, sb.id)),
+      h('td', {}, stateBadge(sb.state)),
+      h('td', {}, sb.template),
+      h('td', {}, sizeText(sb)),
+      h('td', {class: 'age', title: sb.created_at}, fmtAge(sb.created_at)),
+      h('td', {class: 'ttl'}, ttlLeft(sb)),
+      h('td', {}, u ? `${fmtNum(u.cpu_seconds, 0)} CPU·s · ${fmtUSD(u.cost_usd)}` : '—'),
+      h('td', {}, sandboxActions(sb, () => load(true))));
+    tr.sandbox = sb;
+    return tr;
+  };
+
+  async function load(reset) {
+    try {
+      const [list, rep] = await Promise.all([
+        api('GET', `/v1/sandboxes${q({limit: 100, cursor: reset ? '' : cursor})}`, {signal}),
+        reset ? api('GET', '/v1/usage', {signal}).catch((e) => {
+          showError(e, 'Reading usage');
+          return null;
+        }) : null,
+      ]);
+      if (rep) usage = Object.fromEntries(rep.sandboxes.map((u) => [u.sandbox_id, u]));
+      rows = reset ? list.sandboxes : rows.concat(list.sandboxes);
+      cursor = list.next_cursor || '';
+      tbody.replaceChildren(...rows.map(row));
+      empty.hidden = rows.length > 0;
+      table.hidden = rows.length === 0;
+      more.hidden = !cursor;
+    } catch (e) {
+      if (e.name !== 'AbortError') showError(e, 'Listing sandboxes');
+    }
+  }
+  refresh.addEventListener('click', () => busy(refresh, 'Refreshing…', () => load(true)));
+  more.addEventListener('click', () => busy(more, 'Loading…', () => load(false)));
+  // Ages and TTLs count down without asking the server again.
+  const tick = setInterval(() => {
+    for (const tr of tbody.children) {
+      tr.querySelector('.age').textContent = fmtAge(tr.sandbox.created_at);
+      tr.querySelector('.ttl').textContent = ttlLeft(tr.sandbox);
+    }
+  }, 1000);
+  ctx.onLeave(() => clearInterval(tick));
+  await load(true);
+}
+
+// ---- one sandbox ----
+
+export async function sandboxView(ctx, id) {
+  const {main, signal} = ctx;
+  let sb;
+  try {
+    sb = await api('GET', path(id), {signal});
+  } catch (e) {
+    if (e.name === 'AbortError') return;
+    showError(e);
+    main.append(h('h1', {}, `Sandbox ${id}`),
+      h('div', {class: 'card problem', id: 'sandbox-missing'},
+        h('p', {}, e.status === 404
+          ? `There is no sandbox ${id} for this key: it may have expired and been deleted, or belong to another team.`
+          : `This sandbox cannot be shown: ${e.message}`),
+        h('p', {}, h('a', {href: '#/sandboxes'}, 'Back to the sandboxes'))));
+    return;
+  }
+
+  const header = h('div', {class: 'title-row'});
+  const facts = h('dl', {class: 'facts'});
+  const body = h('div', {id: 'sandbox-body'});
+  main.append(header, facts, body);
+
+  const show = (rec) => {
+    if (rec === null) {
+      location.hash = '#/sandboxes';
+      return;
+    }
+    sb = rec;
+    header.replaceChildren(
+      h('h1', {}, sb.id, ' ', stateBadge(sb.state)),
+      h('span', {class: 'actions'},
+        h('a', {class: 'button', href: `#/chat?sandbox=${encodeURIComponent(sb.id)}`}, 'Chat with an agent here'),
+        sandboxActions(sb, show)));
+    facts.replaceChildren(
+      ...fact('Template', sb.template), ...fact('Size', sizeText(sb)), ...fact('Workspace', h('code', {}, sb.root)),
+      ...fact('Created', `${fmtAge(sb.created_at)} ago`), ...fact('TTL left', h('span', {id: 'ttl-left'}, ttlLeft(sb))),
+      ...(sb.idle_timeout_seconds ? fact('Idle timeout', fmtDuration(sb.idle_timeout_seconds * 1000)) : []),
+      ...fact('On expiry', sb.on_expire));
+    renderBody();
+  };
+
+  let panels = null;
+  const renderBody = () => {
+    if (sb.state !== 'running') {
+      panels = null;
+      const resume = h('button', {type: 'button', class: 'primary'}, 'Resume');
+      resume.addEventListener('click', () => busy(resume, 'Resuming…', async () => {
+        try {
+          show(await api('POST', `${path(sb.id)}/resume`));
+        } catch (e) {
+          showError(e, `Resuming ${sb.id}`);
+        }
+      }));
+      body.replaceChildren(h('div', {class: 'card problem', id: 'sandbox-stopped'},
+        h('p', {}, 'This sandbox is stopped (its disk is kept). Resume it to run commands and browse its files.'), resume));
+      return;
+    }
+    if (panels) return; // running, and already shown
+    panels = tabs(ctx, [
+      {id: 'console', label: 'Console', make: () => consolePanel(ctx, sb)},
+      {id: 'terminal', label: 'Terminal', make: () => terminalPanel(ctx, sb)},
+      {id: 'files', label: 'Files', make: () => filesPanel(ctx, sb)},
+    ], ctx.params.get('tab'));
+    body.replaceChildren(panels);
+  };
+  show(sb);
+  const tick = setInterval(() => {
+    const el = document.getElementById('ttl-left');
+    if (el) el.textContent = ttlLeft(sb);
+  }, 1000);
+  ctx.onLeave(() => clearInterval(tick));
+}
+
+function fact(name, value) {
+  return [h('dt', {}, name), h('dd', {}, value)];
+}
+
+// tabs is an ARIA tab list; panels are made the first time they are shown.
+export function tabs(ctx, list, initial) {
+  const bar = h('div', {role: 'tablist', class: 'tabs'});
+  const wrap = h('div', {class: 'tabbed'}, bar);
+  const made = {};
+  const buttons = list.map((t, i) => {
+    const b = h('button', {type: 'button', role: 'tab', id: `tab-${t.id}`, 'aria-controls': `panel-${t.id}`, 'aria-selected': 'false', tabindex: '-1'}, t.label);
+    b.addEventListener('click', () => select(t.id));
+    b.addEventListener('keydown', (e) => {
+      const d = e.key === 'ArrowRight' ? 1 : e.key === 'ArrowLeft' ? -1 : 0;
+      if (!d) return;
+      e.preventDefault();
+      const next = list[(i + d + list.length) % list.length];
+      select(next.id);
+      document.getElementById(`tab-${next.id}`).focus();
+    });
+    bar.append(b);
+    return b;
+  });
+  const select = (id) => {
+    list.forEach((t, i) => {
+      const on = t.id === id;
+      buttons[i].setAttribute('aria-selected', String(on));
+      buttons[i].tabIndex = on ? 0 : -1;
+      if (on && !made[t.id]) {
+        made[t.id] = h('section', {role: 'tabpanel', id: `panel-${t.id}`, 'aria-labelledby': `tab-${t.id}`}, t.make());
+        wrap.append(made[t.id]);
+      }
+      if (made[t.id]) made[t.id].hidden = !on;
+      if (on && made[t.id] && made[t.id].firstChild && made[t.id].firstChild.onShow) made[t.id].firstChild.onShow();
+    });
+  };
+  select(list.some((t) => t.id === initial) ? initial : list[0].id);
+  return wrap;
+}
