@@ -19,6 +19,10 @@ import (
 // KeyPrefix starts every API key, so a leaked one is easy to find.
 const KeyPrefix = "cove_"
 
+// E2BKeyPrefix starts keys issued in E2B's form (e2b.go), for E2B SDKs
+// and tools that expect it; they are team keys like any other.
+const E2BKeyPrefix = "e2b_"
+
 // AdminTeam is the team of the first admin key.
 const AdminTeam = "admin"
 
@@ -29,11 +33,30 @@ type caller struct {
 }
 
 // NewKeySecret returns a new API key secret and the hash stored for it.
-func NewKeySecret() (secret, hash string) {
-	b := make([]byte, 24)
+func NewKeySecret() (secret, hash string) { return newKeySecret(KeyPrefix) }
+
+// NewE2BKeySecret is NewKeySecret in E2B's form: e2b_ and 40 hex digits.
+func NewE2BKeySecret() (secret, hash string) { return newKeySecret(E2BKeyPrefix) }
+
+func newKeySecret(prefix string) (secret, hash string) {
+	b := make([]byte, 20)
+	if prefix == KeyPrefix {
+		b = make([]byte, 24)
+	}
 	rand.Read(b)
-	secret = KeyPrefix + hex.EncodeToString(b)
+	secret = prefix + hex.EncodeToString(b)
 	return secret, HashKey(secret)
+}
+
+// keyPrefixOf is the prefix of a key's secret, or "" when it has neither
+// form.
+func keyPrefixOf(secret string) string {
+	for _, p := range []string{KeyPrefix, E2BKeyPrefix} {
+		if strings.HasPrefix(secret, p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // HashKey is what the store keeps of a secret.
@@ -62,26 +85,37 @@ func keyFrom(r *http.Request) string {
 // authed wraps a handler with API key authentication.
 func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret := keyFrom(r)
-		if secret == "" {
-			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "no API key: send Authorization: Bearer cove_... (cove key create makes one)")
-			return
-		}
-		if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 128 {
-			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "that is not a Cove API key (they start with cove_)")
-			return
-		}
-		k, err := s.keyByHash(r.Context(), HashKey(secret))
-		if errors.Is(err, sandbox.ErrNotFound) {
-			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, "unknown or revoked API key")
-			return
-		}
-		if err != nil {
+		c, msg, err := s.authenticate(r)
+		switch {
+		case err != nil:
 			s.fail(w, r, err)
-			return
+		case c == nil:
+			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, msg)
+		default:
+			h(w, r, c)
 		}
-		h(w, r, &caller{key: k, team: k.TeamID})
 	})
+}
+
+// authenticate finds the caller of a request by its key. A request
+// without a valid key gets a nil caller and a message that says why; err
+// is for a store that failed.
+func (s *Server) authenticate(r *http.Request) (c *caller, msg string, err error) {
+	secret := keyFrom(r)
+	if secret == "" {
+		return nil, "no API key: send Authorization: Bearer cove_... (cove key create makes one)", nil
+	}
+	if keyPrefixOf(secret) == "" || len(secret) > 128 {
+		return nil, "that is not a Cove API key (they start with cove_, or e2b_ for E2B clients)", nil
+	}
+	k, err := s.keyByHash(r.Context(), HashKey(secret))
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, "unknown or revoked API key", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return &caller{key: k, team: k.TeamID}, "", nil
 }
 
 // EnsureAdmin makes the admin team and its first key when the store has
@@ -196,7 +230,15 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request, c *caller) {
 		team = req.Team
 	}
 	secret, hash := NewKeySecret()
-	k := store.APIKey{ID: newID("key-"), TeamID: team, Name: req.Name, Prefix: secret[:len(KeyPrefix)+6], Hash: hash, Admin: req.Admin, CreatedAt: s.cfg.Now()}
+	switch req.Format {
+	case "", "cove":
+	case "e2b":
+		secret, hash = NewE2BKeySecret()
+	default:
+		writeError(w, r, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("format %q: use cove (the default) or e2b (an e2b_... key for E2B SDKs)", req.Format))
+		return
+	}
+	k := store.APIKey{ID: newID("key-"), TeamID: team, Name: req.Name, Prefix: secret[:len(keyPrefixOf(secret))+6], Hash: hash, Admin: req.Admin, CreatedAt: s.cfg.Now()}
 	if err := s.cfg.Store.CreateKey(r.Context(), k); err != nil {
 		s.fail(w, r, err)
 		return

@@ -56,11 +56,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, info.State, rec.ID, sandbox.ErrState))
 		return
 	}
-	var addr, token string
-	if ep, ok := sess.(guest.Endpointer); ok {
-		addr, token = ep.Endpoint()
-	}
-	network, address, ok := daemonAddr(addr)
+	network, address, token, ok := daemonEndpoint(sess)
 	if !ok {
 		writeError(w, r, http.StatusNotImplemented, api.CodeInvalid,
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot proxy their API")
@@ -72,17 +68,52 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
 	id := rec.ID
+	rp := s.daemonProxy(id, network, address, token, func(out, in *http.Request) {
+		out.URL.Path, out.URL.RawPath = guestPath(in.URL)
+		out.Header.Del("X-API-Key")
+		if strings.HasPrefix(out.Header.Get("Authorization"), "Bearer ") {
+			out.Header.Del("Authorization")
+		}
+	}, func(w http.ResponseWriter, r *http.Request, err error) {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			s.fail(w, r, fmt.Errorf("the request body is over %d bytes: %w", mbe.Limit, err))
+		default:
+			s.fail(w, r, fmt.Errorf("the daemon of sandbox %s did not answer; retry, or stop and resume the sandbox (request id %s): %w",
+				id, requestID(r), sandbox.ErrUnavailable))
+		}
+	})
+	rp.ServeHTTP(w, r)
+}
+
+// daemonEndpoint is where a session's daemon is dialed, and its token;
+// ok is false when the session's runtime does not reach it directly.
+func daemonEndpoint(sess sandbox.Session) (network, address, token string, ok bool) {
+	var addr string
+	if ep, isEP := sess.(guest.Endpointer); isEP {
+		addr, token = ep.Endpoint()
+	}
+	network, address, ok = daemonAddr(addr)
+	return network, address, token, ok
+}
+
+// daemonProxy is a reverse proxy to the daemon of sandbox id, dialed at
+// network and address. rewrite sets the path of the outgoing request
+// (and takes out what the daemon must not see); the daemon's token
+// replaces whatever X-Access-Token the client sent. Streams are flushed
+// as they come, upgraded connections spliced, and the bytes metered at
+// the connection, so tunnels count too. fail answers a request the
+// daemon did not (unless the client left); the cause goes to the log
+// only, as it names host paths.
+func (s *Server) daemonProxy(id, network, address, token string, rewrite func(out, in *http.Request), fail func(w http.ResponseWriter, r *http.Request, err error)) *httputil.ReverseProxy {
 	var d net.Dialer
-	rp := &httputil.ReverseProxy{
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
 			out.URL.Scheme, out.URL.Host = "http", "guest"
-			out.URL.Path, out.URL.RawPath = guestPath(pr.In.URL)
 			out.Host = ""
-			out.Header.Del("X-API-Key")
-			if strings.HasPrefix(out.Header.Get("Authorization"), "Bearer ") {
-				out.Header.Del("Authorization")
-			}
+			rewrite(out, pr.In)
 			out.Header.Del(guest.AccessTokenHeader)
 			if token != "" {
 				out.Header.Set(guest.AccessTokenHeader, token)
@@ -94,7 +125,6 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 				if err != nil {
 					return nil, err
 				}
-				// Metered at the connection, so tunnels count too.
 				return &countedConn{Conn: conn, s: s, id: id}, nil
 			},
 			DisableKeepAlives:  true,
@@ -105,21 +135,16 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		// A stream cut by a stopping sandbox is routine: debug, not stderr.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			var mbe *http.MaxBytesError
-			switch {
-			case r.Context().Err() != nil:
-				// The client left.
-			case errors.As(err, &mbe):
-				s.fail(w, r, fmt.Errorf("the request body is over %d bytes: %w", mbe.Limit, err))
-			default:
-				// The cause names host paths: it goes to the log only.
-				s.log.Warn("proxying to a sandbox's daemon", "request_id", requestID(r), "sandbox", id, "err", err)
-				s.fail(w, r, fmt.Errorf("the daemon of sandbox %s did not answer; retry, or stop and resume the sandbox (request id %s): %w",
-					id, requestID(r), sandbox.ErrUnavailable))
+			if r.Context().Err() != nil {
+				return // the client left
 			}
+			var mbe *http.MaxBytesError
+			if !errors.As(err, &mbe) {
+				s.log.Warn("proxying to a sandbox's daemon", "request_id", requestID(r), "sandbox", id, "err", err)
+			}
+			fail(w, r, err)
 		},
 	}
-	rp.ServeHTTP(w, r)
 }
 
 // daemonAddr splits a daemon address (guest.NewClient's form) into what

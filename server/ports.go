@@ -207,6 +207,11 @@ func (s *Server) servePortByHost(w http.ResponseWriter, r *http.Request) bool {
 	}
 	// A bounded route label for metrics, as the mux sets for the rest.
 	r.Pattern = "{port}-{id}." + s.cfg.Domain
+	// envd's port, and every port of sandboxes made through the E2B API,
+	// follow E2B's rules (e2b_envd.go).
+	if s.serveE2BByHost(w, r, id, port) {
+		return true
+	}
 	s.proxyPort(w, r, id, port, "", "/")
 	return true
 }
@@ -285,6 +290,17 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 		http.SetCookie(w, &http.Cookie{Name: portCookie, Value: p.Token, Path: cookiePath, HttpOnly: true,
 			Secure: r.TLS != nil || strings.HasPrefix(s.cfg.BaseURL, "https:"), SameSite: http.SameSiteLaxMode})
 	}
+	s.forwardPort(w, r, id, sess, port, prefix, func(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+		writeError(w, r, status, code, msg)
+	})
+}
+
+// forwardPort proxies a request to a port inside a running sandbox,
+// dialed through its session, with prefix taken off the path; the
+// caller has checked that it may. Failures are answered through
+// portErr with a status, a Cove error code and a message.
+func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, id string, sess sandbox.Session, port int, prefix string,
+	portErr func(w http.ResponseWriter, r *http.Request, status int, code, msg string)) {
 	end := s.begin(id)
 	defer end()
 	// dialErr keeps the cause of a failed dial: the transport's wrapping
@@ -332,20 +348,20 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 			}
 			switch {
 			case errors.Is(derr, sandbox.ErrUnavailable):
-				writeError(w, r, http.StatusBadGateway, api.CodeUpstream,
+				portErr(w, r, http.StatusBadGateway, api.CodeUpstream,
 					fmt.Sprintf("nothing is listening on port %d inside sandbox %s; start the server there, bound to 0.0.0.0 or 127.0.0.1", port, id))
 			case errors.Is(derr, sandbox.ErrState):
 				// The runtime stopped it (its own TTL) before the
 				// lifecycle loop recorded so.
-				writeError(w, r, http.StatusConflict, api.CodeState,
+				portErr(w, r, http.StatusConflict, api.CodeState,
 					fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume)", id, id))
 			case derr != nil:
 				s.log.Warn("dialing a sandbox port", "request_id", requestID(r), "sandbox", id, "port", port, "err", derr)
-				writeError(w, r, http.StatusBadGateway, api.CodeUpstream,
+				portErr(w, r, http.StatusBadGateway, api.CodeUpstream,
 					fmt.Sprintf("could not reach port %d inside sandbox %s; quote request id %s", port, id, requestID(r)))
 			default:
 				s.log.Info("proxying to a sandbox port", "request_id", requestID(r), "sandbox", id, "port", port, "err", err)
-				writeError(w, r, http.StatusBadGateway, api.CodeUpstream,
+				portErr(w, r, http.StatusBadGateway, api.CodeUpstream,
 					fmt.Sprintf("the app on port %d inside sandbox %s did not give a valid HTTP response", port, id))
 			}
 		},

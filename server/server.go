@@ -180,6 +180,7 @@ func (s *Server) routes() {
 	s.portRoutes()
 	s.usageRoutes()
 	s.guestRoutes()
+	s.e2bRoutes()
 	s.runRoutes()
 	s.secretRoutes()
 	s.uiRoutes()
@@ -222,6 +223,11 @@ func (s *Server) Handler() http.Handler {
 			s.metrics.request(r, rec.status, time.Since(start))
 			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
 		}()
+		// E2B SDKs name the sandbox in headers when E2B_SANDBOX_URL
+		// points here (e2b_envd.go).
+		if s.serveE2BByHeader(rec, r) {
+			return
+		}
 		if s.servePortByHost(rec, r) {
 			return
 		}

@@ -277,6 +277,9 @@ type CreateKey struct {
 	Team    string `json:"team,omitempty"`
 	NewTeam string `json:"new_team,omitempty"`
 	Admin   bool   `json:"admin,omitempty"`
+	// Format is the secret's form: "cove" (cove_..., the default) or
+	// "e2b" (e2b_..., for E2B SDKs and tools that check the form).
+	Format string `json:"format,omitempty"`
 }
 
 // Key describes an API key. Secret is set only in the response that made

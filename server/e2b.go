@@ -1,0 +1,319 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/store"
+)
+
+// The E2B-compatible API. E2B's SDKs talk to two services: a control
+// plane (REST: create, list, get, kill, pause, connect, timeouts) at
+// E2B_API_URL, and each sandbox's envd (Connect RPC process and
+// filesystem services, /files) at {port}-{id}.{domain} or, with
+// E2B_SANDBOX_URL, at one URL that names the sandbox and port in the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers. This server is both: the
+// control plane's routes (e2b_sandboxes.go) sit beside /v1 over the same
+// records, runtime and quotas, and envd traffic (e2b_envd.go) is routed
+// to the sandbox's own daemon, which speaks envd's protocol.
+//
+// Paths, JSON field names, status codes and error bodies ({"code": 404,
+// "message": "..."}) are E2B's, so the unmodified SDK raises the same
+// error classes it raises against E2B. E2B's paused is Cove's stopped:
+// the disk is kept, memory and processes are not. The routes are E2B's
+// (documented by E2B's own OpenAPI spec) and are left out of Cove's
+// /openapi.json.
+//
+// What E2B keeps per sandbox and Cove's records do not have (the envd
+// access token, the traffic access token, that the sandbox was made
+// through this API) is kept in the record's labels under cove.e2b, which
+// the /v1 API never shows and which never reach the runtime.
+
+const (
+	// e2bLabel marks a sandbox made through the E2B API: its ports are
+	// reached as E2B's are (any port, no expose step).
+	e2bLabel = "cove.e2b"
+	// e2bEnvdTokenLabel holds the envd access token (X-Access-Token).
+	e2bEnvdTokenLabel = "cove.e2b.envd-token"
+	// e2bTrafficTokenLabel holds the traffic access token of a sandbox
+	// whose ports are not public (e2b-traffic-access-token).
+	e2bTrafficTokenLabel = "cove.e2b.traffic-token"
+
+	// e2bEnvdVersion is the envd version the SDK is told: it gates SDK
+	// features by it. 0.6.3 has everything Cove's daemon serves
+	// (octet-stream uploads, stdin close, watch events with entries) and
+	// nothing it does not but file metadata, which the proxy refuses
+	// with a clear error (e2b_envd.go).
+	e2bEnvdVersion = "0.6.3"
+	// e2bEnvdPort is envd's port in host names and E2b-Sandbox-Port.
+	e2bEnvdPort = 49983
+	// e2bClientID is the clientID field E2B's responses still carry.
+	e2bClientID = "cove"
+)
+
+// e2bRoutes registers the control plane. Its routes go on the mux
+// without route(): they are E2B's API, not part of Cove's OpenAPI
+// document (the test that holds that document to the routes skips them).
+func (s *Server) e2bRoutes() {
+	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request, c *caller)) {
+		s.mux.Handle(pattern, s.e2bAuthed(fn))
+	}
+	h("POST /sandboxes", s.e2bCreate)
+	h("POST /v2/sandboxes", s.e2bCreate)
+	h("GET /sandboxes", s.e2bListV1)
+	h("GET /v2/sandboxes", s.e2bList)
+	h("GET /sandboxes/{sandboxID}", s.e2bGet)
+	h("DELETE /sandboxes/{sandboxID}", s.e2bKill)
+	h("POST /sandboxes/{sandboxID}/timeout", s.e2bSetTimeout)
+	h("POST /sandboxes/{sandboxID}/refreshes", s.e2bRefresh)
+	h("POST /sandboxes/{sandboxID}/pause", s.e2bPause)
+	h("POST /sandboxes/{sandboxID}/connect", s.e2bConnect)
+	h("POST /v2/sandboxes/{sandboxID}/connect", s.e2bConnect)
+	h("GET /sandboxes/{sandboxID}/metrics", s.e2bMetrics)
+}
+
+// e2bError is E2B's error body.
+type e2bError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeE2BError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, e2bError{Code: status, Message: msg})
+}
+
+// e2bFail is fail in E2B's body: sentinels get their status and message,
+// anything else a 500 whose message is only the request id.
+func (s *Server) e2bFail(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := statusOf(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error; quote request id " + requestID(r)
+	}
+	writeE2BError(w, status, msg)
+}
+
+// e2bAuthed authenticates as authed does (E2B's SDKs send X-API-Key),
+// answering in E2B's error body.
+func (s *Server) e2bAuthed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, msg, err := s.authenticate(r)
+		switch {
+		case err != nil:
+			s.e2bFail(w, r, err)
+		case c == nil:
+			if keyFrom(r) == "" {
+				msg = "no API key: set E2B_API_KEY to a key of this server (cove key create --e2b makes one); it is sent as X-API-Key"
+			}
+			writeE2BError(w, http.StatusUnauthorized, msg)
+		default:
+			h(w, r, c)
+		}
+	})
+}
+
+// e2bDecode reads an optional JSON body into v. Unknown fields are
+// ignored, as E2B's API does, so newer SDKs that send more still work;
+// the fields Cove cannot honour are refused by the handlers by name.
+func (s *Server) e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeE2BError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
+			return false
+		}
+		writeE2BError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return false
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return true
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		msg := "malformed JSON: " + err.Error()
+		switch {
+		case errors.As(err, &te):
+			msg = fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
+		case errors.As(err, &se):
+			msg = fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+		}
+		writeE2BError(w, http.StatusBadRequest, "Error when parsing request: "+msg)
+		return false
+	}
+	return true
+}
+
+// e2bToken returns 128 random bits, hex.
+func e2bToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// e2bGone reports whether E2B would no longer know a sandbox: its
+// timeout passed and it is to be deleted then (the lifecycle loop does so
+// within a few seconds; until then the E2B API already answers as after).
+func (s *Server) e2bGone(rec store.Sandbox) bool {
+	return rec.OnExpire == store.ExpireDelete && !rec.Deadline.IsZero() && !s.cfg.Now().Before(rec.Deadline)
+}
+
+// e2bRecord loads the caller's sandbox named in the path, answering 404
+// in E2B's words when it is unknown, another team's, or gone.
+func (s *Server) e2bRecord(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, bool) {
+	id := r.PathValue("sandboxID")
+	rec, err := s.cfg.Store.GetSandbox(r.Context(), c.team, id)
+	if err == nil && s.e2bGone(rec) {
+		err = sandbox.ErrNotFound
+	}
+	if errors.Is(err, sandbox.ErrNotFound) {
+		writeE2BError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
+		return rec, false
+	}
+	if err != nil {
+		s.e2bFail(w, r, err)
+		return rec, false
+	}
+	return rec, true
+}
+
+// e2bTokens returns the sandbox's envd access token, giving it one when
+// it has none (a sandbox made through /v1 and reached through the E2B
+// API for the first time), and its traffic access token if any.
+func (s *Server) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traffic string, err error) {
+	if t := rec.Spec.Labels[e2bEnvdTokenLabel]; t != "" {
+		return t, rec.Spec.Labels[e2bTrafficTokenLabel], nil
+	}
+	err = s.e2bUpdate(ctx, rec, func(rec *store.Sandbox) {
+		if rec.Spec.Labels[e2bEnvdTokenLabel] == "" {
+			rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
+		}
+	})
+	return rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel], err
+}
+
+// e2bUpdate changes a record read afresh and writes it, under createMu as
+// every read-modify-write of a record is (the lifecycle loop's too); rec
+// becomes what was written.
+func (s *Server) e2bUpdate(ctx context.Context, rec *store.Sandbox, change func(*store.Sandbox)) error {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
+	if err != nil {
+		return err
+	}
+	labels := make(map[string]string, len(fresh.Spec.Labels)+3)
+	for k, v := range fresh.Spec.Labels {
+		labels[k] = v
+	}
+	fresh.Spec.Labels = labels
+	change(&fresh)
+	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
+		return fmt.Errorf("recording sandbox %s: %w", rec.ID, err)
+	}
+	*rec = fresh
+	return nil
+}
+
+// The control plane's bodies, as E2B's OpenAPI spec names them.
+
+// e2bSandbox is E2B's Sandbox: what create and connect return.
+type e2bSandbox struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// e2bListed is E2B's ListedSandbox.
+type e2bListed struct {
+	TemplateID   string            `json:"templateID"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int64             `json:"memoryMB"`
+	DiskSizeMB   int64             `json:"diskSizeMB"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	State        string            `json:"state"`
+	EnvdVersion  string            `json:"envdVersion"`
+	VolumeMounts []any             `json:"volumeMounts"`
+}
+
+// e2bDetail is E2B's SandboxDetail.
+type e2bDetail struct {
+	e2bListed
+	EnvdAccessToken     string       `json:"envdAccessToken,omitempty"`
+	Domain              *string      `json:"domain"`
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Lifecycle           e2bLifecycle `json:"lifecycle"`
+}
+
+type e2bLifecycle struct {
+	OnTimeout  string `json:"onTimeout"` // kill or pause
+	AutoResume bool   `json:"autoResume"`
+}
+
+// e2bTemplate is the templateID of a record: Cove's default template is
+// E2B's base.
+func e2bTemplate(rec store.Sandbox) string {
+	if rec.Spec.Template == "" {
+		return "base"
+	}
+	return rec.Spec.Template
+}
+
+// e2bDomain is the domain sandboxes' host names are under, for the SDK to
+// build envd's and ports' URLs with; nil (the SDK's E2B_DOMAIN then)
+// when the server has none.
+func (s *Server) e2bDomain() *string {
+	if s.cfg.Domain == "" {
+		return nil
+	}
+	d := s.cfg.Domain
+	return &d
+}
+
+func (s *Server) e2bSandboxView(rec store.Sandbox, envd, traffic string) e2bSandbox {
+	v := e2bSandbox{TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
+		EnvdAccessToken: envd, Domain: s.e2bDomain()}
+	if traffic != "" {
+		v.TrafficAccessToken = &traffic
+	}
+	return v
+}
+
+func (s *Server) e2bListedView(rec store.Sandbox) e2bListed {
+	state := "running"
+	if rec.State != store.StateRunning {
+		state = "paused"
+	}
+	end := rec.Deadline
+	if end.IsZero() {
+		end = rec.StoppedAt
+	}
+	return e2bListed{
+		TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID,
+		StartedAt: rec.StartedAt, EndAt: end,
+		CPUCount:   max(1, int(math.Ceil(rec.Spec.Limits.CPUs))),
+		MemoryMB:   rec.Spec.Limits.MemoryBytes >> 20,
+		DiskSizeMB: rec.Spec.Limits.DiskBytes >> 20,
+		Metadata:   userLabels(rec.Spec.Labels), State: state, EnvdVersion: e2bEnvdVersion, VolumeMounts: []any{},
+	}
+}

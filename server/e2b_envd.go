@@ -1,0 +1,314 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/store"
+)
+
+// Traffic to E2B sandboxes: envd (port 49983) and the apps' ports. The
+// SDK addresses a sandbox by host name, {port}-{id}.{domain} (with the
+// server's --domain and wildcard DNS and TLS), or, when E2B_SANDBOX_URL
+// points at this server, by the E2b-Sandbox-Id and E2b-Sandbox-Port
+// headers. Either way:
+//
+//   - envd is the sandbox's own daemon, which speaks envd's protocol. The
+//     SDK proves itself with the sandbox's envd access token in
+//     X-Access-Token (or, for /files, a URL signed with it); the proxy
+//     checks it and swaps in the daemon's own token, which never leaves
+//     the server. /health needs no token, as envd's; /init is the control
+//     plane's, as E2B's proxy keeps it.
+//   - Any other port of a sandbox made through the E2B API is reached
+//     with no expose step, as E2B's are, and with its traffic access
+//     token (e2b-traffic-access-token) when it was made with
+//     network.allowPublicTraffic false. Ports of sandboxes made through
+//     /v1 keep Cove's rules (ports.go).
+//
+// Errors are E2B's proxy's: a sandbox that is unknown, gone or paused is
+// a 502 (the SDK raises TimeoutError, as against E2B), a wrong token a
+// 401 for envd and a 403 for ports. Connect RPC requests get Connect's
+// error body, so the SDK's Connect client reads the code.
+
+const (
+	e2bSandboxIDHeader    = "E2b-Sandbox-Id"
+	e2bSandboxPortHeader  = "E2b-Sandbox-Port"
+	e2bTrafficTokenHeader = "E2b-Traffic-Access-Token"
+	// e2bMetadataHeaderPrefix starts the headers of file metadata, which
+	// Cove's daemon does not keep.
+	e2bMetadataHeaderPrefix = "X-Metadata-"
+)
+
+// serveE2BByHeader serves a request that names its sandbox in the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers; false when it names none.
+func (s *Server) serveE2BByHeader(w http.ResponseWriter, r *http.Request) bool {
+	id, p := r.Header.Get(e2bSandboxIDHeader), r.Header.Get(e2bSandboxPortHeader)
+	if id == "" && p == "" {
+		return false
+	}
+	r.Pattern = e2bSandboxIDHeader // a bounded route label for metrics
+	if id == "" || p == "" {
+		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, "missing header: send both E2b-Sandbox-Id and E2b-Sandbox-Port")
+		return true
+	}
+	port, err := portNumber(p)
+	if err != nil {
+		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, fmt.Sprintf("E2b-Sandbox-Port %q: give a TCP port number, 1 to 65535", p))
+		return true
+	}
+	s.serveE2BTraffic(w, r, id, port)
+	return true
+}
+
+// serveE2BByHost serves {port}-{id}.{domain} when E2B's rules apply to
+// it: envd's port always, other ports of sandboxes made through the E2B
+// API. false leaves the request to Cove's exposed ports.
+func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
+	if port != e2bEnvdPort {
+		rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
+		if err != nil || rec.Spec.Labels[e2bLabel] == "" {
+			return false
+		}
+	}
+	s.serveE2BTraffic(w, r, id, port)
+	return true
+}
+
+func (s *Server) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
+	rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		s.log.Error("internal error", "request_id", requestID(r), "sandbox", id, "err", err)
+		writeE2BProxyError(w, r, http.StatusInternalServerError, id, port, "internal error; quote request id "+requestID(r))
+		return
+	}
+	if err != nil || s.e2bGone(rec) {
+		writeE2BProxyError(w, r, http.StatusBadGateway, id, port, fmt.Sprintf("The sandbox %s was not found: it was killed, its timeout passed, or the id is wrong", id))
+		return
+	}
+	switch {
+	case port == e2bEnvdPort:
+		s.serveEnvd(w, r, rec)
+	case rec.Spec.Labels[e2bLabel] == "":
+		// A /v1 sandbox reached by header: Cove's exposed ports.
+		s.proxyPort(w, r, id, port, "", "/")
+	default:
+		s.serveE2BPort(w, r, rec, port)
+	}
+}
+
+// paused answers a request to a paused sandbox.
+func pausedError(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
+	writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port,
+		fmt.Sprintf("The sandbox %s is paused; resume it with Sandbox.connect", rec.ID))
+}
+
+// serveEnvd checks a request's right to a sandbox's envd and passes it
+// to the sandbox's daemon.
+func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbox) {
+	if rec.State != store.StateRunning {
+		pausedError(w, r, rec, e2bEnvdPort)
+		return
+	}
+	token := rec.Spec.Labels[e2bEnvdTokenLabel]
+	path := r.URL.Path
+	switch {
+	case r.Method == http.MethodGet && path == "/health":
+	case path == "/init":
+		writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, e2bEnvdPort,
+			"/init is the control plane's, not reachable from outside; give environment variables as envs to Sandbox.create or to each command")
+		return
+	case token == "":
+		writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort,
+			"this sandbox has no envd access token yet: get one with Sandbox.connect (or GET /sandboxes/{id})")
+		return
+	case path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+		if msg := filesAuth(r, token); msg != "" {
+			writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort, msg)
+			return
+		}
+	case !tokenEqual(r.Header.Get(guest.AccessTokenHeader), token):
+		msg := "unauthorized access: send the sandbox's envd access token in the X-Access-Token header"
+		if r.Header.Get(guest.AccessTokenHeader) != "" {
+			msg = "unauthorized access: wrong envd access token in the X-Access-Token header"
+		}
+		writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort, msg)
+		return
+	}
+	if r.Method == http.MethodPost && path == "/files" {
+		for h := range r.Header {
+			if strings.HasPrefix(http.CanonicalHeaderKey(h), e2bMetadataHeaderPrefix) {
+				writeE2BProxyError(w, r, http.StatusBadRequest, rec.ID, e2bEnvdPort,
+					"file metadata (X-Metadata-* headers) is not supported by Cove's sandboxes; write the file without metadata")
+				return
+			}
+		}
+	}
+	sess, err := s.runtimeSession(r.Context(), rec)
+	if err != nil {
+		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
+		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, e2bEnvdPort, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
+		return
+	}
+	network, address, daemonToken, ok := daemonEndpoint(sess)
+	if !ok {
+		writeE2BProxyError(w, r, http.StatusNotImplemented, rec.ID, e2bEnvdPort,
+			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot serve envd")
+		return
+	}
+	s.touch(rec.ID)
+	end := s.begin(rec.ID)
+	defer end()
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
+	}
+	id := rec.ID
+	rp := s.daemonProxy(id, network, address, daemonToken, func(out, _ *http.Request) {
+		out.Header.Del(e2bSandboxIDHeader)
+		out.Header.Del(e2bSandboxPortHeader)
+		out.Header.Del(e2bTrafficTokenHeader)
+	}, func(w http.ResponseWriter, r *http.Request, err error) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeE2BProxyError(w, r, http.StatusRequestEntityTooLarge, id, e2bEnvdPort, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
+			return
+		}
+		writeE2BProxyError(w, r, http.StatusBadGateway, id, e2bEnvdPort,
+			fmt.Sprintf("The sandbox %s did not answer: it may have stopped (its timeout) (request id %s)", id, requestID(r)))
+	})
+	rp.ServeHTTP(w, r)
+}
+
+func tokenEqual(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// filesAuth checks a request to /files: the access token in its header,
+// else a URL signed with it as envd checks one (the SDK's downloadUrl and
+// uploadUrl): signature = "v1_" + base64(sha256(path:operation:user:token
+// [:expiration])), unpadded. "" means allowed; otherwise what is wrong.
+func filesAuth(r *http.Request, token string) string {
+	if h := r.Header.Get(guest.AccessTokenHeader); h != "" {
+		if tokenEqual(h, token) {
+			return ""
+		}
+		return "access token present in header but does not match"
+	}
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" {
+		return "unauthorized access: send the envd access token in X-Access-Token, or sign the URL (Sandbox.downloadUrl, uploadUrl)"
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
+	exp := q.Get("signature_expiration")
+	if exp != "" {
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	if !tokenEqual(sig, "v1_"+base64.RawStdEncoding.EncodeToString(sum[:])) {
+		return "invalid signature"
+	}
+	if exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil {
+			return "invalid signature_expiration: want a Unix time in seconds"
+		}
+		if n < time.Now().Unix() {
+			return "signature is already expired"
+		}
+	}
+	return ""
+}
+
+// serveE2BPort proxies to a port of a sandbox made through the E2B API.
+func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
+	if want := rec.Spec.Labels[e2bTrafficTokenLabel]; want != "" {
+		got := r.Header.Get(e2bTrafficTokenHeader)
+		switch {
+		case got == "":
+			writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing")
+			return
+		case !tokenEqual(got, want):
+			writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid")
+			return
+		}
+	}
+	if rec.State != store.StateRunning {
+		pausedError(w, r, rec, port)
+		return
+	}
+	sess, err := s.runtimeSession(r.Context(), rec)
+	if err != nil {
+		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
+		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
+		return
+	}
+	s.forwardPort(w, r, rec.ID, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
+		if status == http.StatusBadGateway && strings.HasPrefix(msg, "nothing is listening") {
+			msg = "The sandbox is running but port is not open: " + msg
+		}
+		writeE2BProxyError(w, r, status, rec.ID, port, msg)
+	})
+}
+
+// e2bProxyBody is the error body of E2B's sandbox proxy.
+type e2bProxyBody struct {
+	SandboxID string `json:"sandboxId,omitempty"`
+	Message   string `json:"message"`
+	Port      int    `json:"port,omitempty"`
+	Code      int    `json:"code"`
+}
+
+// writeE2BProxyError answers a request for a sandbox's traffic with an
+// error: in Connect's error body for Connect RPC paths (the SDK's
+// Connect client reads its code), in E2B's proxy's otherwise.
+func writeE2BProxyError(w http.ResponseWriter, r *http.Request, status int, id string, port int, msg string) {
+	if isConnectPath(r.URL.Path) {
+		writeJSON(w, status, struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}{connectCode(status), msg})
+		return
+	}
+	writeJSON(w, status, e2bProxyBody{SandboxID: id, Message: msg, Port: port, Code: status})
+}
+
+// isConnectPath reports whether a path is a Connect RPC of envd's
+// services (/package.Service/Method).
+func isConnectPath(p string) bool {
+	return strings.HasPrefix(p, "/process.Process/") || strings.HasPrefix(p, "/filesystem.Filesystem/")
+}
+
+// connectCode is the Connect error code of an HTTP status, as Connect
+// clients map one back.
+func connectCode(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "invalid_argument"
+	case http.StatusUnauthorized:
+		return "unauthenticated"
+	case http.StatusForbidden:
+		return "permission_denied"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
+		return "resource_exhausted"
+	case http.StatusNotImplemented:
+		return "unimplemented"
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return "unavailable"
+	}
+	return "internal"
+}

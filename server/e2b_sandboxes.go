@@ -1,0 +1,492 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/store"
+)
+
+// The E2B control plane's handlers (see e2b.go).
+
+// e2bNewSandbox is the body of POST /sandboxes and /v2/sandboxes
+// (NewSandbox, NewSandboxV2).
+type e2bNewSandbox struct {
+	TemplateID      string            `json:"templateID"`
+	Timeout         *int64            `json:"timeout"`
+	AutoPause       *bool             `json:"autoPause"`
+	AutoPauseMemory *bool             `json:"autoPauseMemory"`
+	Secure          *bool             `json:"secure"`
+	AllowInternet   *bool             `json:"allow_internet_access"`
+	Metadata        map[string]string `json:"metadata"`
+	EnvVars         map[string]string `json:"envVars"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	Network      map[string]json.RawMessage `json:"network"`
+	MCP          json.RawMessage            `json:"mcp"`
+	IAM          json.RawMessage            `json:"iam"`
+	VolumeMounts []json.RawMessage          `json:"volumeMounts"`
+}
+
+// unsupported names the first field of a create that asks for something
+// Cove does not do yet, with what to do instead; "" when none does.
+func (b *e2bNewSandbox) unsupported() string {
+	isSet := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	switch {
+	case b.AllowInternet != nil && *b.AllowInternet:
+		return "allow_internet_access: Cove's sandboxes have no network access yet (loopback only); leave it unset or false"
+	case b.AutoResume != nil && b.AutoResume.Enabled:
+		return "autoResume: Cove does not resume paused sandboxes on traffic yet; resume them with Sandbox.connect"
+	case isSet(b.MCP):
+		return "mcp: Cove has no MCP gateway in its sandboxes yet; leave it unset"
+	case isSet(b.IAM):
+		return "iam: Cove does not issue workload identity tokens yet; leave it unset"
+	case len(b.VolumeMounts) > 0:
+		return "volumeMounts: Cove has no volumes yet; leave it unset"
+	}
+	for k, v := range b.Network {
+		if k != "allowPublicTraffic" && isSet(v) {
+			return fmt.Sprintf("network.%s: Cove's sandboxes have no network access yet, so egress rules do not apply; only network.allowPublicTraffic is supported", k)
+		}
+	}
+	return ""
+}
+
+func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
+	var body e2bNewSandbox
+	if !s.e2bDecode(w, r, &body) {
+		return
+	}
+	if msg := body.unsupported(); msg != "" {
+		writeE2BError(w, http.StatusBadRequest, msg)
+		return
+	}
+	// The v1 route's default timeout is 15 seconds, v2's 300, as E2B's.
+	timeout := int64(15)
+	if strings.HasPrefix(r.URL.Path, "/v2/") {
+		timeout = 300
+	}
+	if body.Timeout != nil {
+		timeout = *body.Timeout
+	}
+	if timeout < 1 || timeout > int64(s.cfg.MaxTTL/time.Second) {
+		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("timeout: %d seconds is out of range; give 1 to %d", timeout, int64(s.cfg.MaxTTL/time.Second)))
+		return
+	}
+	for k, v := range body.Metadata {
+		if k == "" || len(k) > 63 || len(v) > 256 || strings.HasPrefix(k, "cove.") {
+			writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("metadata key %q: keys are 1 to 63 characters and may not start with cove.; values at most 256", k))
+			return
+		}
+	}
+	public := true
+	if raw, ok := body.Network["allowPublicTraffic"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &public); err != nil {
+			writeE2BError(w, http.StatusBadRequest, "network.allowPublicTraffic must be true or false")
+			return
+		}
+	}
+	template := body.TemplateID
+	if template == "base" {
+		template = "" // the server's default template
+	}
+	onExpire := store.ExpireDelete
+	if body.AutoPause != nil && *body.AutoPause {
+		onExpire = store.ExpireStop
+	}
+	// The client leaving must not leave a sandbox half made.
+	ctx := context.WithoutCancel(r.Context())
+	start := time.Now()
+	rec, _, err := s.createRecorded(ctx, c.team, api.CreateSandbox{
+		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata,
+	})
+	if err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
+	err = s.e2bUpdate(ctx, &rec, func(rec *store.Sandbox) {
+		rec.Spec.Labels[e2bLabel] = "1"
+		rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
+		if !public {
+			rec.Spec.Labels[e2bTrafficTokenLabel] = e2bToken()
+		}
+	})
+	if err != nil {
+		s.remove(ctx, rec.ID)
+		s.e2bFail(w, r, fmt.Errorf("creating the sandbox (it was deleted): %w", err))
+		return
+	}
+	s.metrics.created(time.Since(start))
+	writeJSON(w, http.StatusCreated, s.e2bSandboxView(rec, rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel]))
+}
+
+func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
+	rec, ok := s.e2bRecord(w, r, c)
+	if !ok {
+		return
+	}
+	envd, _, err := s.e2bTokens(r.Context(), &rec)
+	if err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
+	onTimeout := "kill"
+	if rec.OnExpire == store.ExpireStop {
+		onTimeout = "pause"
+	}
+	writeJSON(w, http.StatusOK, e2bDetail{e2bListed: s.e2bListedView(rec), EnvdAccessToken: envd, Domain: s.e2bDomain(),
+		Lifecycle: e2bLifecycle{OnTimeout: onTimeout}})
+}
+
+func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
+	rec, ok := s.e2bRecord(w, r, c)
+	if !ok {
+		return
+	}
+	if err := s.remove(context.WithoutCancel(r.Context()), rec.ID); err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// e2bSeconds reads a JSON body of one integer field of seconds (timeout,
+// duration); def applies when it is absent, and absent is an error when
+// def is negative.
+func (s *Server) e2bSeconds(w http.ResponseWriter, r *http.Request, field string, def, max int64) (time.Duration, bool) {
+	var body map[string]json.RawMessage
+	if !s.e2bDecode(w, r, &body) {
+		return 0, false
+	}
+	n := def
+	if raw, ok := body[field]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &n); err != nil {
+			writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("%s must be a whole number of seconds", field))
+			return 0, false
+		}
+	} else if def < 0 {
+		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("%s is required: give a number of seconds", field))
+		return 0, false
+	}
+	if n < 0 {
+		n = 0
+	}
+	if n > max {
+		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("%s: %d seconds is over the limit of %d", field, n, max))
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
+// e2bSetDeadline moves a running sandbox's end to t, in the runtime
+// (which enforces it) and the record.
+func (s *Server) e2bSetDeadline(ctx context.Context, rec *store.Sandbox, t time.Time) error {
+	if d, ok := s.cfg.Runtime.(sandbox.Deadliner); ok {
+		if err := d.SetDeadline(ctx, rec.ID, t); err != nil {
+			return fmt.Errorf("setting the timeout of sandbox %s: %w", rec.ID, err)
+		}
+	}
+	return s.e2bUpdate(ctx, rec, func(rec *store.Sandbox) { rec.Deadline = t })
+}
+
+// e2bSetTimeout serves POST /sandboxes/{id}/timeout: the sandbox ends
+// timeout seconds from now, sooner or later than it would have.
+func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+	ttl, ok := s.e2bSeconds(w, r, "timeout", -1, int64(s.cfg.MaxTTL/time.Second))
+	if !ok {
+		return
+	}
+	s.e2bExtend(w, r, c, ttl, true)
+}
+
+// e2bRefresh serves POST /sandboxes/{id}/refreshes: the sandbox lives at
+// least duration seconds (default 15, at most an hour) more.
+func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request, c *caller) {
+	ttl, ok := s.e2bSeconds(w, r, "duration", 15, 3600)
+	if !ok {
+		return
+	}
+	s.e2bExtend(w, r, c, ttl, false)
+}
+
+func (s *Server) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, ttl time.Duration, shorter bool) {
+	rec, ok := s.e2bRecord(w, r, c)
+	if !ok {
+		return
+	}
+	if rec.State != store.StateRunning {
+		writeE2BError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused; resume it with Sandbox.connect first", rec.ID))
+		return
+	}
+	t := s.cfg.Now().Add(ttl)
+	if shorter || t.After(rec.Deadline) {
+		if err := s.e2bSetDeadline(context.WithoutCancel(r.Context()), &rec, t); err != nil {
+			s.e2bFail(w, r, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// e2bPause serves POST /sandboxes/{id}/pause: Cove stops the sandbox,
+// keeping its disk (not its memory: running processes end). A paused
+// sandbox has no timeout, as in E2B; it is kept for the server's
+// retention.
+func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request, c *caller) {
+	var body struct{}
+	if !s.e2bDecode(w, r, &body) {
+		return
+	}
+	rec, ok := s.e2bRecord(w, r, c)
+	if !ok {
+		return
+	}
+	if rec.State != store.StateRunning {
+		writeE2BError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
+		return
+	}
+	rec.Deadline = time.Time{} // written with the stop
+	if err := s.stop(context.WithoutCancel(r.Context()), &rec); err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// e2bConnect serves POST /sandboxes/{id}/connect and its v2: a running
+// sandbox's timeout is extended (never shortened) to timeout seconds from
+// now, 200; a paused one is resumed with that timeout, 201.
+func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
+	def := int64(-1) // v1 requires the timeout
+	if strings.HasPrefix(r.URL.Path, "/v2/") {
+		def = 300
+	}
+	ttl, ok := s.e2bSeconds(w, r, "timeout", def, int64(s.cfg.MaxTTL/time.Second))
+	if !ok {
+		return
+	}
+	rec, ok := s.e2bRecord(w, r, c)
+	if !ok {
+		return
+	}
+	ctx := context.WithoutCancel(r.Context())
+	status := http.StatusOK
+	if rec.State == store.StateRunning {
+		if t := s.cfg.Now().Add(ttl); t.After(rec.Deadline) {
+			if err := s.e2bSetDeadline(ctx, &rec, t); err != nil {
+				s.e2bFail(w, r, err)
+				return
+			}
+		}
+	} else {
+		if err := s.e2bResume(ctx, c.team, &rec, ttl); err != nil {
+			s.e2bFail(w, r, err)
+			return
+		}
+		status = http.StatusCreated
+	}
+	envd, traffic, err := s.e2bTokens(ctx, &rec)
+	if err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
+	writeJSON(w, status, s.e2bSandboxView(rec, envd, traffic))
+}
+
+// e2bResume starts a stopped sandbox again within the team's quota, to
+// end ttl from now, and records it.
+func (s *Server) e2bResume(ctx context.Context, team string, rec *store.Sandbox, ttl time.Duration) error {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
+	if err != nil {
+		return err
+	}
+	if fresh.State == store.StateRunning {
+		*rec = fresh // resumed meanwhile
+		return nil
+	}
+	if err := s.admit(ctx, team, fresh.Spec); err != nil {
+		return err
+	}
+	d, _ := s.cfg.Runtime.(sandbox.Deadliner)
+	if d != nil {
+		// A past deadline would stop it again at once.
+		if err := d.SetDeadline(ctx, fresh.ID, time.Time{}); err != nil {
+			return err
+		}
+	}
+	if _, err := s.cfg.Runtime.Resume(ctx, fresh.ID); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", fresh.ID, err)
+	}
+	now := s.cfg.Now()
+	fresh.State, fresh.StartedAt, fresh.StoppedAt, fresh.LastActivity = store.StateRunning, now, time.Time{}, now
+	fresh.Deadline = now.Add(ttl)
+	if d != nil {
+		if err := d.SetDeadline(ctx, fresh.ID, fresh.Deadline); err != nil {
+			return err
+		}
+	}
+	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
+		return err
+	}
+	*rec = fresh
+	return nil
+}
+
+// e2bMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a
+// sandbox's use yet, so the list is empty, as E2B's is before its first
+// sample.
+func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
+	if _, ok := s.e2bRecord(w, r, c); ok {
+		writeJSON(w, http.StatusOK, []any{})
+	}
+}
+
+// e2bListQuery is what GET /v2/sandboxes filters by.
+type e2bListQuery struct {
+	filter       store.SandboxFilter
+	template     string
+	startedAfter time.Time
+	desc         bool
+}
+
+// parseE2BList reads the list's query; a message says what is wrong.
+func parseE2BList(q url.Values, team string) (e2bListQuery, string) {
+	lq := e2bListQuery{filter: store.SandboxFilter{TeamID: team, After: q.Get("nextToken"), Limit: 100}, template: q.Get("template"), desc: true}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return lq, "limit: give 1 to 100"
+		}
+		lq.filter.Limit = n
+	}
+	var states []string
+	for _, v := range q["state"] {
+		for st := range strings.SplitSeq(v, ",") {
+			switch st {
+			case "running", "paused":
+				states = append(states, st)
+			default:
+				return lq, fmt.Sprintf("state %q: use running or paused", st)
+			}
+		}
+	}
+	if len(states) > 0 && !(slices.Contains(states, "running") && slices.Contains(states, "paused")) {
+		lq.filter.State = store.StateRunning
+		if states[0] == "paused" {
+			lq.filter.State = store.StateStopped
+		}
+	}
+	if m := q.Get("metadata"); m != "" {
+		// The SDK encodes each key and value, then the whole query: two
+		// unescapes, as E2B's API does.
+		pairs, err := url.ParseQuery(m)
+		if err != nil {
+			return lq, "metadata: want key=value pairs joined by &, each URL-encoded"
+		}
+		lq.filter.Labels = map[string]string{}
+		for k, vs := range pairs {
+			key, err1 := url.QueryUnescape(k)
+			val, err2 := url.QueryUnescape(vs[0])
+			if err1 != nil || err2 != nil {
+				return lq, fmt.Sprintf("metadata %q: malformed URL encoding", k)
+			}
+			lq.filter.Labels[key] = val
+		}
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return lq, "startedAfter: want an RFC 3339 time such as 2006-01-02T15:04:05Z"
+		}
+		lq.startedAfter = t
+	}
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		lq.desc = false
+	default:
+		return lq, "order: use asc or desc"
+	}
+	return lq, ""
+}
+
+// keep reports whether a listed record passes the filters the store does
+// not apply.
+func (s *Server) keep(lq e2bListQuery, rec store.Sandbox) bool {
+	return !s.e2bGone(rec) && (lq.template == "" || lq.template == e2bTemplate(rec)) &&
+		(lq.startedAfter.IsZero() || !rec.StartedAt.Before(lq.startedAfter))
+}
+
+// e2bList serves GET /v2/sandboxes: a page of the team's sandboxes,
+// running and paused, the next page's token in X-Next-Token. Pages follow
+// creation; order sorts a page by start time.
+func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
+	lq, msg := parseE2BList(r.URL.Query(), c.team)
+	if msg != "" {
+		writeE2BError(w, http.StatusBadRequest, msg)
+		return
+	}
+	recs, next, err := s.cfg.Store.ListSandboxes(r.Context(), lq.filter)
+	if err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
+	out := make([]e2bListed, 0, len(recs))
+	for _, rec := range recs {
+		if s.keep(lq, rec) {
+			out = append(out, s.e2bListedView(rec))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b e2bListed) int {
+		if lq.desc {
+			return b.StartedAt.Compare(a.StartedAt)
+		}
+		return a.StartedAt.Compare(b.StartedAt)
+	})
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// e2bListV1 serves the deprecated GET /sandboxes: every running sandbox
+// of the team, filtered by metadata.
+func (s *Server) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
+	q := url.Values{"metadata": r.URL.Query()["metadata"], "state": {"running"}}
+	lq, msg := parseE2BList(q, c.team)
+	if msg != "" {
+		writeE2BError(w, http.StatusBadRequest, msg)
+		return
+	}
+	out := []e2bListed{}
+	lq.filter.Limit = 1000
+	for {
+		recs, next, err := s.cfg.Store.ListSandboxes(r.Context(), lq.filter)
+		if err != nil {
+			s.e2bFail(w, r, err)
+			return
+		}
+		for _, rec := range recs {
+			if s.keep(lq, rec) {
+				out = append(out, s.e2bListedView(rec))
+			}
+		}
+		if next == "" {
+			break
+		}
+		lq.filter.After = next
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,435 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/server/api"
+)
+
+// e2bKey makes a team and an e2b_ key for it.
+func (ts *testServer) e2bKey(t testing.TB, team string) string {
+	t.Helper()
+	var k api.Key
+	ts.must(t, http.StatusCreated, "POST", "/v1/keys", ts.Admin, api.CreateKey{Name: team + "-e2b", NewTeam: team, Format: "e2b"}, &k)
+	return k.Secret
+}
+
+// e2bCall makes a request to the E2B API with an X-API-Key (none when
+// key is "") and extra headers, and returns the response with its body
+// read.
+func (ts *testServer) e2bCall(t testing.TB, method, path, key string, body any, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, ts.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp, data
+}
+
+// e2bErrorBody decodes E2B's error body and checks its code is the
+// status.
+func e2bErrorBody(t *testing.T, resp *http.Response, data []byte) string {
+	t.Helper()
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(data, &e); err != nil || e.Message == "" || e.Code != resp.StatusCode {
+		t.Fatalf("not an E2B error body for status %d: %s", resp.StatusCode, data)
+	}
+	return e.Message
+}
+
+// TestE2BAPI holds the E2B API's answers to what the SDK relies on (the
+// SDK itself drives the server in TestE2BSDK): statuses, error bodies,
+// tokens, and the routing of envd and ports.
+func TestE2BAPI(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.e2bKey(t, "e2bapi")
+	if !strings.HasPrefix(key, "e2b_") || len(key) != 44 {
+		t.Fatalf("e2b key %q: want e2b_ and 40 hex digits", key)
+	}
+
+	t.Run("auth", func(t *testing.T) {
+		resp, data := ts.e2bCall(t, "GET", "/v2/sandboxes", "", nil, nil)
+		if resp.StatusCode != 401 || !strings.Contains(e2bErrorBody(t, resp, data), "E2B_API_KEY") {
+			t.Errorf("no key: %d %s", resp.StatusCode, data)
+		}
+		resp, data = ts.e2bCall(t, "GET", "/v2/sandboxes", "e2b_"+strings.Repeat("0", 40), nil, nil)
+		if resp.StatusCode != 401 {
+			t.Errorf("unknown key: %d %s", resp.StatusCode, data)
+		}
+		e2bErrorBody(t, resp, data)
+		// An e2b_ key is a team key: /v1 takes it, and a cove_ key works
+		// on the E2B API.
+		if code, data := ts.call(t, "GET", "/v1/sandboxes", key, nil); code != 200 {
+			t.Errorf("e2b key on /v1: %d %s", code, data)
+		}
+		if resp, data := ts.e2bCall(t, "GET", "/v2/sandboxes", ts.teamKey(t, "e2bapi"), nil, nil); resp.StatusCode != 200 {
+			t.Errorf("cove key on the E2B API: %d %s", resp.StatusCode, data)
+		}
+		code, data := ts.call(t, "POST", "/v1/keys", ts.Admin, api.CreateKey{Name: "x", Format: "aws"})
+		if code != 400 || !strings.Contains(apiError(t, data).Message, "format") {
+			t.Errorf("bad key format: %d %s", code, data)
+		}
+	})
+
+	t.Run("bad creates", func(t *testing.T) {
+		for _, tc := range []struct {
+			body any
+			want string
+		}{
+			{`{"templateID": `, "parsing"},
+			{`{"templateID": "base", "timeout": "soon"}`, "timeout"},
+			{map[string]any{"templateID": "base", "timeout": 0}, "timeout"},
+			{map[string]any{"templateID": "base", "mcp": map[string]any{"x": 1}}, "mcp"},
+			{map[string]any{"templateID": "base", "allow_internet_access": true}, "allow_internet_access"},
+			{map[string]any{"templateID": "base", "network": map[string]any{"allowOut": []string{"1.1.1.1"}}}, "network.allowOut"},
+			{map[string]any{"templateID": "base", "metadata": map[string]string{"cove.x": "1"}}, "metadata"},
+			{map[string]any{"templateID": "base", "envVars": map[string]string{"A=B": "1"}}, "A=B"},
+		} {
+			resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, tc.body, nil)
+			if resp.StatusCode != 400 || !strings.Contains(e2bErrorBody(t, resp, data), tc.want) {
+				t.Errorf("create %v: %d %s, want 400 naming %s", tc.body, resp.StatusCode, data, tc.want)
+			}
+		}
+		resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "no-such-template"}, nil)
+		if resp.StatusCode != 404 {
+			t.Errorf("unknown template: %d %s", resp.StatusCode, data)
+		}
+		e2bErrorBody(t, resp, data)
+	})
+
+	var sb e2bSandbox
+	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base", "metadata": map[string]string{"owner": "t"}}, nil)
+	if resp.StatusCode != 201 || json.Unmarshal(data, &sb) != nil {
+		t.Fatalf("create: %d %s", resp.StatusCode, data)
+	}
+	if sb.EnvdAccessToken == "" || sb.EnvdVersion != e2bEnvdVersion || sb.TemplateID != "base" || sb.TrafficAccessToken != nil {
+		t.Errorf("created: %s", data)
+	}
+	envd := func(method, path, token string, hdr map[string]string) (*http.Response, []byte) {
+		h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983"}
+		if token != "" {
+			h["X-Access-Token"] = token
+		}
+		for k, v := range hdr {
+			h[k] = v
+		}
+		body := any(nil)
+		if method == "POST" {
+			body = "{}"
+		}
+		return ts.e2bCall(t, method, path, "", body, h)
+	}
+
+	t.Run("records", func(t *testing.T) {
+		// The /v1 view shows the metadata but none of the E2B state.
+		var v api.Sandbox
+		ts.must(t, 200, "GET", "/v1/sandboxes/"+sb.SandboxID, key, nil, &v)
+		if len(v.Labels) != 1 || v.Labels["owner"] != "t" {
+			t.Errorf("/v1 labels: %v", v.Labels)
+		}
+		resp, data := ts.e2bCall(t, "GET", "/sandboxes/"+sb.SandboxID, key, nil, nil)
+		var d e2bDetail
+		if resp.StatusCode != 200 || json.Unmarshal(data, &d) != nil || d.EnvdAccessToken != sb.EnvdAccessToken || d.State != "running" || d.Metadata["owner"] != "t" {
+			t.Errorf("get: %d %s", resp.StatusCode, data)
+		}
+		resp, data = ts.e2bCall(t, "GET", "/sandboxes/nosuch", key, nil, nil)
+		if resp.StatusCode != 404 {
+			t.Errorf("get unknown: %d %s", resp.StatusCode, data)
+		}
+		e2bErrorBody(t, resp, data)
+		// Another team's sandbox is unknown too.
+		other := ts.e2bKey(t, "e2bother")
+		if resp, data := ts.e2bCall(t, "GET", "/sandboxes/"+sb.SandboxID, other, nil, nil); resp.StatusCode != 404 {
+			t.Errorf("another team's: %d %s", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.SandboxID+"/connect", key, "{}", nil); resp.StatusCode != 400 || !strings.Contains(e2bErrorBody(t, resp, data), "timeout") {
+			t.Errorf("v1 connect without timeout: %d %s", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", key, nil, nil); resp.StatusCode != 200 {
+			t.Errorf("connect to a running sandbox: %d %s, want 200", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.SandboxID+"/refreshes", key, map[string]any{"duration": 60}, nil); resp.StatusCode != 204 {
+			t.Errorf("refresh: %d %s", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "GET", "/sandboxes/"+sb.SandboxID+"/metrics", key, nil, nil); resp.StatusCode != 200 || strings.TrimSpace(string(data)) != "[]" {
+			t.Errorf("metrics: %d %s", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "GET", "/v2/sandboxes?state=sleeping", key, nil, nil); resp.StatusCode != 400 {
+			t.Errorf("bad state: %d %s", resp.StatusCode, data)
+		}
+		ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
+		resp, data = ts.e2bCall(t, "GET", "/v2/sandboxes?limit=1", key, nil, nil)
+		var page []e2bListed
+		if resp.StatusCode != 200 || json.Unmarshal(data, &page) != nil || len(page) != 1 || resp.Header.Get("X-Next-Token") == "" {
+			t.Errorf("first page of one: %d %v %s", resp.StatusCode, resp.Header, data)
+		}
+	})
+
+	t.Run("envd", func(t *testing.T) {
+		if resp, data := envd("GET", "/health", "", nil); resp.StatusCode/100 != 2 {
+			t.Errorf("health, no token: %d %s", resp.StatusCode, data)
+		}
+		resp, data := envd("POST", "/process.Process/List", sb.EnvdAccessToken, map[string]string{"Content-Type": "application/json"})
+		if resp.StatusCode != 200 {
+			t.Errorf("list processes: %d %s", resp.StatusCode, data)
+		}
+		for _, tok := range []string{"", "wrong"} {
+			resp, data := envd("POST", "/process.Process/List", tok, map[string]string{"Content-Type": "application/json"})
+			if resp.StatusCode != 401 || !strings.Contains(string(data), `"code":"unauthenticated"`) {
+				t.Errorf("RPC with token %q: %d %s, want a Connect unauthenticated error", tok, resp.StatusCode, data)
+			}
+			resp, data = envd("GET", "/files?path=/etc/hostname", tok, nil)
+			if resp.StatusCode != 401 {
+				t.Errorf("files with token %q: %d %s", tok, resp.StatusCode, data)
+			}
+			e2bErrorBody(t, resp, data)
+		}
+		if resp, data := envd("POST", "/init", sb.EnvdAccessToken, nil); resp.StatusCode != 403 {
+			t.Errorf("/init: %d %s", resp.StatusCode, data)
+		}
+		resp, data = ts.e2bCall(t, "GET", "/health", "", nil, map[string]string{"E2b-Sandbox-Id": sb.SandboxID})
+		if resp.StatusCode != 400 || !strings.Contains(string(data), "E2b-Sandbox-Port") {
+			t.Errorf("missing port header: %d %s", resp.StatusCode, data)
+		}
+		resp, data = ts.e2bCall(t, "GET", "/health", "", nil, map[string]string{"E2b-Sandbox-Id": "nosuch", "E2b-Sandbox-Port": "49983"})
+		if resp.StatusCode != 502 {
+			t.Errorf("unknown sandbox's envd: %d %s", resp.StatusCode, data)
+		}
+	})
+
+	t.Run("ports", func(t *testing.T) {
+		// A /v1 sandbox's ports keep Cove's rules when reached by header.
+		cove := ts.create(t, key, api.CreateSandbox{})
+		resp, data := ts.e2bCall(t, "GET", "/", "", nil, map[string]string{"E2b-Sandbox-Id": cove.ID, "E2b-Sandbox-Port": "8080"})
+		if resp.StatusCode != 404 || !strings.Contains(string(data), "not exposed") {
+			t.Errorf("/v1 sandbox's unexposed port by header: %d %s", resp.StatusCode, data)
+		}
+		// A private E2B sandbox's ports want the traffic token.
+		var priv e2bSandbox
+		resp, data = ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": false}}, nil)
+		if resp.StatusCode != 201 || json.Unmarshal(data, &priv) != nil || priv.TrafficAccessToken == nil {
+			t.Fatalf("private create: %d %s", resp.StatusCode, data)
+		}
+		hdr := map[string]string{"E2b-Sandbox-Id": priv.SandboxID, "E2b-Sandbox-Port": "8080"}
+		resp, data = ts.e2bCall(t, "GET", "/", "", nil, hdr)
+		if resp.StatusCode != 403 || !strings.Contains(string(data), "missing") {
+			t.Errorf("no traffic token: %d %s", resp.StatusCode, data)
+		}
+		hdr["E2b-Traffic-Access-Token"] = *priv.TrafficAccessToken
+		resp, data = ts.e2bCall(t, "GET", "/", "", nil, hdr)
+		if resp.StatusCode != 502 || !strings.Contains(string(data), "port is not open") {
+			t.Errorf("traffic token, nothing listening: %d %s", resp.StatusCode, data)
+		}
+	})
+
+	t.Run("pause", func(t *testing.T) {
+		if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", key, nil, nil); resp.StatusCode != 204 {
+			t.Fatalf("pause: %d %s", resp.StatusCode, data)
+		}
+		resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", key, nil, nil)
+		if resp.StatusCode != 409 {
+			t.Errorf("pause again: %d %s", resp.StatusCode, data)
+		}
+		e2bErrorBody(t, resp, data)
+		resp, data = envd("POST", "/process.Process/List", sb.EnvdAccessToken, map[string]string{"Content-Type": "application/json"})
+		if resp.StatusCode != 502 || !strings.Contains(string(data), `"code":"unavailable"`) {
+			t.Errorf("paused envd: %d %s", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.SandboxID+"/timeout", key, map[string]any{"timeout": 60}, nil); resp.StatusCode != 409 {
+			t.Errorf("timeout of a paused sandbox: %d %s", resp.StatusCode, data)
+		}
+		resp, data = ts.e2bCall(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", key, map[string]any{"timeout": 60}, nil)
+		var back e2bSandbox
+		if resp.StatusCode != 201 || json.Unmarshal(data, &back) != nil || back.EnvdAccessToken != sb.EnvdAccessToken {
+			t.Errorf("connect to a paused sandbox: %d %s, want 201 with the same token", resp.StatusCode, data)
+		}
+		if resp, data := envd("POST", "/process.Process/List", sb.EnvdAccessToken, map[string]string{"Content-Type": "application/json"}); resp.StatusCode != 200 {
+			t.Errorf("envd after connect: %d %s", resp.StatusCode, data)
+		}
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		if resp, data := ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil); resp.StatusCode != 204 {
+			t.Fatalf("kill: %d %s", resp.StatusCode, data)
+		}
+		if resp, data := ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil); resp.StatusCode != 404 {
+			t.Errorf("kill again: %d %s", resp.StatusCode, data)
+		}
+	})
+}
+
+// e2bSDKDir is where scripts/deps.sh installs the pinned e2b package
+// (COVE_E2B_SDK overrides it); "" with the reason when it is missing.
+func e2bSDKDir(t testing.TB) (string, string) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return "", "node is not installed (scripts/deps.sh installs it)"
+	}
+	out, err := exec.Command(node, "--version").Output()
+	if err != nil {
+		return "", "node --version: " + err.Error()
+	}
+	if m := regexp.MustCompile(`^v(\d+)\.(\d+)`).FindStringSubmatch(string(out)); m == nil || !nodeFits(m[1], m[2]) {
+		return "", fmt.Sprintf("node %s is too old for the e2b SDK (it needs 20.18.1 or later)", strings.TrimSpace(string(out)))
+	}
+	dir := os.Getenv("COVE_E2B_SDK")
+	if dir == "" {
+		abs, _ := filepath.Abs(filepath.Join("..", ".cache", "npm", "e2b"))
+		dir = abs
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
+		return "", "the e2b npm package is not installed in " + dir + " (scripts/deps.sh installs it)"
+	}
+	return dir, ""
+}
+
+func nodeFits(major, minor string) bool {
+	ma, _ := strconv.Atoi(major)
+	mi, _ := strconv.Atoi(minor)
+	return ma > 20 || ma == 20 && mi >= 18
+}
+
+// testTLS makes a CA and a certificate for domain and *.domain signed by
+// it; it returns the server's TLS config and the CA's PEM file.
+func testTLS(t testing.TB, domain string) (*tls.Config, string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Cove test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: domain},
+		DNSNames: []string{domain, "*." + domain}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12}
+	return cfg, caFile
+}
+
+// e2bServer is a test server that also serves HTTPS for *.cove.test, as
+// `cove serve --domain cove.test:PORT --tls-cert ... ` would.
+type e2bServer struct {
+	*testServer
+	domain string // cove.test:PORT
+	caFile string
+}
+
+func newE2BServer(t testing.TB, cfg Config) *e2bServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	cfg.Domain = "cove.test:" + port
+	ts := newTestServer(t, cfg)
+	tlsCfg, caFile := testTLS(t, "cove.test")
+	hs := &http.Server{Handler: ts.Handler(), TLSConfig: tlsCfg}
+	go hs.Serve(tls.NewListener(l, tlsCfg))
+	t.Cleanup(func() { hs.Close() })
+	return &e2bServer{testServer: ts, domain: cfg.Domain, caFile: caFile}
+}
+
+// node runs a script of testdata/e2b with env added to the test's own.
+func (es *e2bServer) node(t testing.TB, sdk string, env []string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Dir = filepath.Join("testdata", "e2b")
+	cmd.Env = append(slices.Clone(os.Environ()), "COVE_E2B_SDK="+sdk, "NODE_EXTRA_CA_CERTS="+es.caFile, "E2B_API_URL="+es.URL)
+	cmd.Env = append(cmd.Env, env...)
+	return cmd.CombinedOutput()
+}
+
+// TestE2BSDK runs the unmodified E2B JS SDK (the version pinned in
+// testdata/e2b/package-lock.json) against the server, with envd and
+// ports reached by host name (TLS, a test CA) and by E2B_SANDBOX_URL's
+// headers.
+func TestE2BSDK(t *testing.T) {
+	sdk, why := e2bSDKDir(t)
+	if sdk == "" {
+		t.Skip(why)
+	}
+	es := newE2BServer(t, Config{})
+	key := es.e2bKey(t, "sdk")
+	for _, mode := range []string{"domain", "header"} {
+		t.Run(mode, func(t *testing.T) {
+			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}
+			if mode == "header" {
+				env = append(env, "E2B_SANDBOX_URL="+es.URL)
+			}
+			out, err := es.node(t, sdk, env, "--test-reporter=spec", "sdk.test.mjs")
+			if err != nil {
+				t.Fatalf("node sdk.test.mjs (%s routing): %v\n%s", mode, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
