@@ -63,10 +63,13 @@ type Limits struct {
 
 // Network says what the sandbox may reach.
 type Network struct {
-	// Mode is "none" (loopback only, the default) or "host" / "allow"
-	// (runtime-defined egress).
+	// Mode is "none" (loopback only, the default), "internet" (egress
+	// to public addresses, never the host, private ranges or link-local)
+	// or "allow" (egress only to Allow). A runtime refuses modes it
+	// cannot enforce.
 	Mode string `json:"mode,omitempty"`
-	// Allow lists host:port or CIDR egress rules when Mode is "allow".
+	// Allow lists what Mode "allow" may reach: addresses, CIDRs or host
+	// names, each with an optional ":port".
 	Allow []string `json:"allow,omitempty"`
 }
 

@@ -48,3 +48,15 @@ npm_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.cache/npm"
 if ! grep -qs "\"version\": \"$mcp_memory_version\"" "$npm_dir/node_modules/@modelcontextprotocol/server-memory/package.json"; then
 	npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/server-memory@$mcp_memory_version"
 fi
+
+# The unmodified E2B JS SDK that the E2B API's test drives (server/
+# e2b_test.go), at the version pinned in server/testdata/e2b's lock file,
+# installed under the same git-ignored directory. It needs node 20.18.1
+# or later; with an older node the test skips and says so.
+e2b_src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/server/testdata/e2b"
+e2b_dir="$npm_dir/e2b"
+if ! cmp -s "$e2b_src/package-lock.json" "$e2b_dir/package-lock.json" || [ ! -d "$e2b_dir/node_modules/e2b" ]; then
+	mkdir -p "$e2b_dir"
+	cp "$e2b_src/package.json" "$e2b_src/package-lock.json" "$e2b_dir/"
+	npm ci --prefix "$e2b_dir" --no-audit --no-fund --loglevel=error
+fi

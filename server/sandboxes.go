@@ -59,6 +59,9 @@ func (s *Server) view(rec store.Sandbox) api.Sandbox {
 		t := rec.Deadline
 		v.Deadline = &t
 	}
+	if n := rec.Spec.Network; n.Mode != "" && n.Mode != "none" {
+		v.Network = &api.Network{Mode: n.Mode, Allow: n.Allow}
+	}
 	return v
 }
 
@@ -150,6 +153,21 @@ func (s *Server) specFor(req api.CreateSandbox, team string) (sandbox.Spec, stor
 	spec := sandbox.Spec{
 		Template: req.Template, Root: req.Root, User: req.User, Env: maps.Clone(req.Env), Labels: labels, TTL: ttl,
 		Limits: sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes},
+	}
+	if n := req.Network; n != nil {
+		switch n.Mode {
+		case "", "none":
+			if len(n.Allow) > 0 {
+				return sandbox.Spec{}, rec, nil, invalid("network.allow is for mode allow, not %q", n.Mode)
+			}
+		case "internet", "allow":
+			if len(n.Allow) > 64 {
+				return sandbox.Spec{}, rec, nil, invalid("network.allow: at most 64 entries")
+			}
+			spec.Network = sandbox.Network{Mode: n.Mode, Allow: n.Allow}
+		default:
+			return sandbox.Spec{}, rec, nil, invalid("network.mode %q: want none, internet or allow", n.Mode)
+		}
 	}
 	var m *manifest.Manifest
 	if len(req.Manifest) > 0 {

@@ -91,6 +91,9 @@ func TestBadCreateInput(t *testing.T) {
 		{"bad expiry", `{"on_expire":"explode"}`, "use stop", 400},
 		{"reserved label", `{"labels":{"cove.team":"admin"}}`, "may not start with cove.", 400},
 		{"bad manifest", `{"manifest":{"entries":{"../x":{"type":"file","content":"x"}}}}`, "manifest", 400},
+		{"bad network", `{"network":{"mode":"host"}}`, "want none, internet or allow", 400},
+		{"allow without mode", `{"network":{"allow":["1.2.3.4"]}}`, "for mode allow", 400},
+		{"allow without list", `{"network":{"mode":"allow"}}`, "needs an allow list", 400},
 		{"empty", ``, "empty", 400},
 		{"trailing", `{} {}`, "after the JSON", 400},
 		{"huge", `{"template":"` + strings.Repeat("a", 2<<20) + `"}`, "over", 413},
@@ -158,5 +161,20 @@ func TestFileOpsAreActivity(t *testing.T) {
 	ts.must(t, 204, "PUT", "/v1/sandboxes/"+sb.ID+"/files?path=a.txt", key, "x", nil)
 	if got := ts.lastActivity(sb.ID); !got.After(before) {
 		t.Errorf("writing a file did not count as activity: %v -> %v", before, got)
+	}
+}
+
+// TestCreateWithNetwork: the network policy reaches the runtime and shows
+// in the sandbox's description.
+func TestCreateWithNetwork(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "alpha")
+	sb := ts.create(t, key, api.CreateSandbox{Network: &api.Network{Mode: "allow", Allow: []string{"203.0.113.7:443"}}})
+	if sb.Network == nil || sb.Network.Mode != "allow" || len(sb.Network.Allow) != 1 {
+		t.Errorf("network = %+v", sb.Network)
+	}
+	plain := ts.create(t, key, api.CreateSandbox{})
+	if plain.Network != nil {
+		t.Errorf("a sandbox without a policy shows network %+v", plain.Network)
 	}
 }

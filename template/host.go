@@ -284,6 +284,20 @@ ethers:   files
 rpc:      files
 `
 
+// Nameservers are the resolvers of resolvConf, which a sandbox with a
+// network may reach.
+func Nameservers() []netip.Addr {
+	var out []netip.Addr
+	for _, line := range strings.Split(resolvConf(), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 // resolvConf is the resolv.conf cove's templates get: the host's
 // resolvers minus those on its loopback (127.0.0.53 of systemd-resolved
 // cannot be reached from a sandbox's network namespace; its upstream list

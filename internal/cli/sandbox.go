@@ -243,12 +243,18 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
 	pids := fs.Int("pids", 0, "maximum processes")
 	man := fs.String("manifest", "", "workspace manifest (JSON, OpenAI Agents SDK format) to apply")
-	var envs multiFlag
+	var envs, allow multiFlag
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")
+	network := fs.String("network", "none", "none (loopback only), internet (public addresses; not the host, private ranges or cloud metadata) or allow (only --allow)")
+	fs.Var(&allow, "allow", "with --network allow: an address, CIDR or host, with an optional :port, the sandbox may reach (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
-	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{}}
+	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{},
+		Network: sandbox.Network{Mode: *network, Allow: allow}}
+	if *network == "none" {
+		spec.Network.Mode = ""
+	}
 	var err error
 	if spec.Limits.MemoryBytes, err = parseSize(*mem); err != nil {
 		return fmt.Errorf("--memory: %w", err)

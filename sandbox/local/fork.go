@@ -62,7 +62,12 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	st.Init.Work = d.Work()
 	st.Init.Hostname = nid
 	st.CreatorPID = os.Getpid()
-	if err := writeState(dir, st); err != nil {
+	var mode string
+	var allow []allowRule
+	if src.Init.Net != nil {
+		mode, allow = src.Init.Net.Mode, src.Init.Net.Allow
+	}
+	if err := r.writeWithNetwork(nid, st, mode, allow); err != nil {
 		r.destroy(context.WithoutCancel(ctx), nid)
 		return nil, err
 	}

@@ -40,6 +40,8 @@ type initConfig struct {
 	// OOMFile is the host path of the sandbox cgroup's OOM counter
 	// (memory.events or memory.oom_control), opened before pivot_root.
 	OOMFile string `json:"oom_file,omitempty"`
+	// Net is the sandbox's network beyond loopback (nil: none).
+	Net *netConfig `json:"net,omitempty"`
 }
 
 // listenFD is the descriptor of the daemon's listening socket, passed by
@@ -85,6 +87,11 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bringing up loopback: %w", err)
+	}
+	if cfg.Net != nil {
+		if err := sandboxNetUp(cfg.Net); err != nil {
+			return fmt.Errorf("setting up the sandbox's network: %w", err)
+		}
 	}
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))

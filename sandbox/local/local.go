@@ -7,6 +7,7 @@
 package local
 
 import (
+	"net/netip"
 	"context"
 	"errors"
 	"fmt"
@@ -74,6 +75,9 @@ type Config struct {
 	// PoolDiskBytes is the disk limit of pooled sandboxes; only creates
 	// asking for exactly this disk (0: none) are served from the pool.
 	PoolDiskBytes int64
+	// NetworkRange is where networked sandboxes get their /30s; the
+	// zero value means DefaultNetworkRange (network.go).
+	NetworkRange netip.Prefix
 }
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
@@ -206,8 +210,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 // is normalized.
 func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (sandbox.Session, error) {
 	root := spec.Root
-	if spec.Network.Mode != "" && spec.Network.Mode != "none" {
-		return nil, fmt.Errorf("network mode %q: only \"none\" (loopback only) is supported so far: %w", spec.Network.Mode, sandbox.ErrInvalid)
+	allow, err := checkNetwork(ctx, spec.Network)
+	if err != nil {
+		return nil, err
 	}
 	tmplName := spec.Template
 	if tmplName == "" {
@@ -264,7 +269,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 		},
 	}
 	st.CreatorPID = os.Getpid()
-	if err := writeState(dir, st); err != nil {
+	if err := r.writeWithNetwork(id, st, spec.Network.Mode, allow); err != nil {
 		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
@@ -492,11 +497,37 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return r.destroy(ctx, id)
 }
 
-// destroy frees a stopped sandbox's cgroup, disk and state.
+// writeWithNetwork plans the sandbox's network (nil for loopback only)
+// and writes its state, holding the network lock between the two so that
+// no other process takes the same /30.
+func (r *Runtime) writeWithNetwork(id string, st *state, mode string, allow []allowRule) error {
+	st.Init.Net = nil
+	if mode == "" || mode == NetworkNone {
+		return writeState(r.dir(id), st)
+	}
+	unlock, err := lockNetwork(r.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if st.Init.Net, err = r.allocNetwork(id, mode, allow); err != nil {
+		return err
+	}
+	return writeState(r.dir(id), st)
+}
+
+// destroy frees a stopped sandbox's cgroup, network, disk and state.
 func (r *Runtime) destroy(ctx context.Context, id string) error {
 	dir := r.dir(id)
 	if st, err := readState(dir); err == nil {
 		releaseCgroup(ctx, st)
+		if st.Init.Net != nil {
+			// Its supervisor removes these when it stops; one killed
+			// first leaves them.
+			if err := hostNetDown(r.cfg.Dir, id, st.Init.Net); err != nil {
+				r.log.Warn("removing a sandbox's network rules", "sandbox", id, "err", err)
+			}
+		}
 	}
 	// A mount left on rootfs (a crash mid-start) would make RemoveAll
 	// walk into the template; the disk must go before its directory.

@@ -136,6 +136,15 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 		}
 	}
+	if n := st.Init.Net; n != nil {
+		// pid 1 waits for its end of the pair before its daemon serves.
+		if err := hostNetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			release()
+			return fmt.Errorf("setting up the sandbox's network: %w", err)
+		}
+	}
 	if _, err := updateState(dir, func(s *state) error {
 		s.ShimPID = os.Getpid()
 		s.InitPID = cmd.Process.Pid
@@ -204,6 +213,11 @@ loop:
 	}
 	os.Remove(sock)
 	release()
+	if n := st.Init.Net; n != nil {
+		if err := hostNetDown(filepath.Dir(dir), st.Info.ID, n); err != nil {
+			log.Error("removing the sandbox's network rules", "err", err)
+		}
+	}
 	if _, err := updateState(dir, func(s *state) error {
 		if s.ShimPID != os.Getpid() && s.ShimPID != 0 {
 			return nil // a newer supervisor owns the sandbox now

@@ -72,6 +72,19 @@ type CreateSandbox struct {
 	User string `json:"user,omitempty"`
 	// Root is the workspace path; "" is /workspace (or the manifest's).
 	Root string `json:"root,omitempty"`
+	// Network is what the sandbox may reach; none (loopback only) when
+	// absent.
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is a sandbox's network policy.
+type Network struct {
+	// Mode is none (loopback only), internet (public addresses; never
+	// the host, private ranges or cloud metadata) or allow (only Allow).
+	Mode string `json:"mode"`
+	// Allow lists addresses, CIDRs or host names, each with an optional
+	// ":port", for mode allow.
+	Allow []string `json:"allow,omitempty"`
 }
 
 // Sandbox describes a sandbox.
@@ -93,6 +106,7 @@ type Sandbox struct {
 	Deadline           *time.Time        `json:"deadline,omitempty"`
 	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
 	OnExpire           string            `json:"on_expire"`
+	Network            *Network          `json:"network,omitempty"`
 }
 
 // SandboxList is GET /v1/sandboxes: a page and the cursor of the next.

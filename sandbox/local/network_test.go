@@ -1,0 +1,235 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// fakeInternet is a network namespace standing in for the internet
+// (203.0.113.10, a documentation address that Cove treats as public) and
+// for a private network (10.99.0.10), joined to the host by a veth pair.
+// HTTP servers answer on 203.0.113.10:8080 and :8081 and on
+// 10.99.0.10:8080; the host has 203.0.113.1 and 10.99.0.1 on its end.
+func fakeInternet(t *testing.T) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	host, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	// Not "cv…": that prefix is the sandboxes' own.
+	hostIf, peerIf := "tinet-h", "tinet-p"
+	if l, err := netlink.LinkByName(hostIf); err == nil {
+		netlink.LinkDel(l)
+	}
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: peerIf}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(hostIf); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	inet, err := netns.New() // this thread is now in it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inet.Close()
+	defer netns.Set(host)
+	netns.Set(host)
+	peer, err := netlink.LinkByName(peerIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetNsFd(peer, int(inet)); err != nil {
+		t.Fatal(err)
+	}
+	hl, _ := netlink.LinkByName(hostIf)
+	for _, a := range []string{"203.0.113.1/24", "10.99.0.1/24"} {
+		addr, _ := netlink.ParseAddr(a)
+		if err := netlink.AddrAdd(hl, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netlink.LinkSetUp(hl)
+
+	netns.Set(inet)
+	pl, err := netlink.LinkByName(peerIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"203.0.113.10/24", "10.99.0.10/24"} {
+		addr, _ := netlink.ParseAddr(a)
+		if err := netlink.AddrAdd(pl, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netlink.LinkSetUp(pl)
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		netlink.LinkSetUp(lo)
+	}
+	// Sockets keep the namespace they were made in.
+	for _, addr := range []string{"203.0.113.10:8080", "203.0.113.10:8081", "10.99.0.10:8080"} {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "hello from %s\n", addr)
+		}))
+	}
+}
+
+// fetch runs a plain HTTP GET inside the sandbox with bash's /dev/tcp.
+func fetch(t *testing.T, s sandbox.Session, hostPort string) (string, int) {
+	t.Helper()
+	h, p, _ := net.SplitHostPort(hostPort)
+	out, st := run(t, s, fmt.Sprintf(`timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3' 2>&1`, h, p))
+	return out, st.Code
+}
+
+func TestNetworkModes(t *testing.T) {
+	rt := newRuntime(t)
+	fakeInternet(t)
+	// A service on the host, on every address: sandboxes must not reach it.
+	hostL, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostL.Close()
+	go http.Serve(hostL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host secret\n") }))
+	hostPort := fmt.Sprint(hostL.Addr().(*net.TCPAddr).Port)
+	ctx := context.Background()
+	create := func(n sandbox.Network) sandbox.Session {
+		s, err := rt.Create(ctx, sandbox.Spec{Network: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Delete(ctx, s.ID()) })
+		return s
+	}
+
+	none := create(sandbox.Network{})
+	if out, code := fetch(t, none, "203.0.113.10:8080"); code == 0 || !strings.Contains(out, "unreachable") {
+		t.Errorf("mode none reached the internet: %d %q", code, out)
+	}
+
+	inet := create(sandbox.Network{Mode: NetworkInternet})
+	if out, code := fetch(t, inet, "203.0.113.10:8080"); code != 0 || !strings.Contains(out, "hello from 203.0.113.10:8080") {
+		t.Errorf("mode internet: public address: %d %q", code, out)
+	}
+	st, _ := readState(rt.dir(inet.ID()))
+	gw := st.Init.Net.Gateway.Addr().String()
+	for _, target := range []string{"10.99.0.10:8080", "203.0.113.1:" + hostPort, gw + ":" + hostPort, "169.254.169.254:80"} {
+		if out, code := fetch(t, inet, target); code == 0 || strings.Contains(out, "hello") || strings.Contains(out, "secret") {
+			t.Errorf("mode internet reached %s: %d %q", target, code, out)
+		} else if code == 124 {
+			t.Errorf("mode internet: %s hung until the timeout instead of being refused at once: %q", target, out)
+		}
+	}
+	if out, _ := run(t, inet, "cat /etc/resolv.conf; ip -4 addr show eth0 2>/dev/null || cat /proc/net/route"); !strings.Contains(out, "eth0") {
+		t.Errorf("no eth0 in the sandbox: %q", out)
+	}
+	// The user cannot undo the policy from inside.
+	if out, _ := run(t, inet, "ip route del default >/dev/null 2>&1; grep -c '^eth0\t00000000' /proc/net/route"); out != "1\n" {
+		t.Errorf("the sandbox user removed its default route: %q", out)
+	}
+
+	allow := create(sandbox.Network{Mode: NetworkAllow, Allow: []string{"203.0.113.10:8081"}})
+	if out, code := fetch(t, allow, "203.0.113.10:8081"); code != 0 || !strings.Contains(out, "hello from 203.0.113.10:8081") {
+		t.Errorf("mode allow: listed port: %d %q", code, out)
+	}
+	if out, code := fetch(t, allow, "203.0.113.10:8080"); code == 0 || code == 124 {
+		t.Errorf("mode allow reached a port not listed (or hung): %d %q", code, out)
+	}
+
+	// Two sandboxes cannot reach each other.
+	inet2 := create(sandbox.Network{Mode: NetworkInternet})
+	st2, _ := readState(rt.dir(inet2.ID()))
+	if st2.Init.Net.Index == st.Init.Net.Index {
+		t.Fatalf("two sandboxes share network %d", st.Init.Net.Index)
+	}
+	run(t, inet2, "nohup python3 -m http.server 8000 >/dev/null 2>&1 &")
+	if out, code := fetch(t, inet, st2.Init.Net.Addr.Addr().String()+":8000"); code == 0 || code == 124 {
+		t.Errorf("one sandbox reached another (or hung): %d %q", code, out)
+	}
+
+	// Stop, resume: the network comes back. Delete: nothing is left.
+	if err := rt.Stop(ctx, inet.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(st.Init.Net.HostIf); err == nil {
+		t.Errorf("interface %s outlived its stopped sandbox", st.Init.Net.HostIf)
+	}
+	if n := sandboxRules(t, inet.ID()); n != 0 {
+		t.Errorf("%d rules of a stopped sandbox remain", n)
+	}
+	inet, err = rt.Resume(ctx, inet.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := fetch(t, inet, "203.0.113.10:8080"); code != 0 {
+		t.Errorf("after resume: %d %q", code, out)
+	}
+	if err := rt.Delete(ctx, inet.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(st.Init.Net.HostIf); err == nil {
+		t.Errorf("interface %s outlived its sandbox", st.Init.Net.HostIf)
+	}
+	if n := sandboxRules(t, inet.ID()); n != 0 {
+		t.Errorf("%d rules of a deleted sandbox remain", n)
+	}
+}
+
+func sandboxRules(t *testing.T, id string) int {
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := c.GetRules(coveTable, sandboxChain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range rules {
+		if string(r.UserData) == tagPrefix+id {
+			n++
+		}
+	}
+	return n
+}
+
+func TestNetworkBadSpecs(t *testing.T) {
+	rt := newRuntime(t)
+	for _, n := range []sandbox.Network{
+		{Mode: "host"},
+		{Mode: NetworkAllow},
+		{Mode: NetworkInternet, Allow: []string{"1.2.3.4"}},
+		{Allow: []string{"1.2.3.4"}},
+		{Mode: NetworkAllow, Allow: []string{"1.2.3.4:99999"}},
+		{Mode: NetworkAllow, Allow: []string{"2001:db8::1"}},
+		{Mode: NetworkAllow, Allow: []string{"no-such-host.invalid:443"}},
+	} {
+		_, err := rt.Create(context.Background(), sandbox.Spec{Network: n})
+		if !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("network %+v: err = %v, want ErrInvalid", n, err)
+		}
+	}
+}
