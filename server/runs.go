@@ -804,22 +804,31 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// operate takes the caller's run named in the path for a control
+// operation: it holds the run's operation lock until done is called.
+func (s *Server) operate(w http.ResponseWriter, r *http.Request, c *caller) (lr *liveRun, status string, state json.RawMessage, done func(), ok bool) {
+	lr, err := s.acquire(r.Context(), c.team, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, "", nil, nil, false
+	}
+	lr.op.Lock()
+	lr.mu.Lock()
+	status, state = lr.rec.Status, lr.rec.State
+	lr.mu.Unlock()
+	return lr, status, state, func() { lr.op.Unlock(); s.release(lr) }, true
+}
+
 func (s *Server) decideRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	var req api.RunDecisions
 	if !s.decode(w, r, &req) {
 		return
 	}
-	lr, err := s.acquire(r.Context(), c.team, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
+	lr, status, stateJSON, done, ok := s.operate(w, r, c)
+	if !ok {
 		return
 	}
-	defer s.release(lr)
-	lr.op.Lock()
-	defer lr.op.Unlock()
-	lr.mu.Lock()
-	status, stateJSON := lr.rec.Status, lr.rec.State
-	lr.mu.Unlock()
+	defer done()
 	if status != api.RunWaiting {
 		s.fail(w, r, fmt.Errorf("run %s is %s: no call waits for approval: %w", lr.id, status, sandbox.ErrState))
 		return
@@ -893,17 +902,11 @@ func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("input is empty: say what the agent should do next"))
 		return
 	}
-	lr, err := s.acquire(r.Context(), c.team, r.PathValue("id"))
-	if err != nil {
-		s.fail(w, r, err)
+	lr, status, stateJSON, done, ok := s.operate(w, r, c)
+	if !ok {
 		return
 	}
-	defer s.release(lr)
-	lr.op.Lock()
-	defer lr.op.Unlock()
-	lr.mu.Lock()
-	status, stateJSON := lr.rec.Status, lr.rec.State
-	lr.mu.Unlock()
+	defer done()
 	switch status {
 	case api.RunRunning:
 		s.fail(w, r, fmt.Errorf("run %s is still working: wait for it to finish (or cancel it), then send the message: %w", lr.id, sandbox.ErrState))
@@ -914,6 +917,7 @@ func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	var st *agent.RunState
 	if len(stateJSON) > 0 {
+		var err error
 		if st, err = agent.ParseRunState(stateJSON); err != nil {
 			s.fail(w, r, err)
 			return
@@ -925,7 +929,7 @@ func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	lr.rec.Output = ""
 	lr.mu.Unlock()
 	lr.emit(runEvent{Event: agent.Event{Type: EventUserMessage, Text: input}})
-	err = s.launch(lr, "", func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
+	err := s.launch(lr, "", func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
 		if st == nil {
 			return rn.Run(ctx, a, input, cfg)
 		}
