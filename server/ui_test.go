@@ -223,6 +223,47 @@ func bannerShows(msg string) string {
 	return `(() => { const b = document.getElementById('banner'); return !!b && !b.hidden && b.textContent.includes(` + js(msg) + `); })()`
 }
 
+// TestUIAssets: the page and its assets are served with their types, a
+// strict content security policy and ETags; other paths are not the page.
+func TestUIAssets(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	get := func(path, etag string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if etag != "" {
+			req.Header.Set("If-None-Match", etag)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, tc := range []struct {
+		path, ctype string
+	}{{"/", "text/html"}, {"/ui/", "text/html"}, {"/ui/app.js", "text/javascript"}, {"/ui/app.css", "text/css"}} {
+		resp := get(tc.path, "")
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), tc.ctype) || resp.Header.Get("ETag") == "" ||
+			!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Errorf("GET %s: %d %v", tc.path, resp.StatusCode, resp.Header)
+			continue
+		}
+		if again := get(tc.path, resp.Header.Get("ETag")); again.StatusCode != http.StatusNotModified {
+			t.Errorf("GET %s with its ETag: %d, want 304", tc.path, again.StatusCode)
+		}
+	}
+	for _, p := range []string{"/ui/nope.js", "/ui/../server.go", "/nope", "/v1/nope"} {
+		if resp := get(p, ""); resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", p, resp.StatusCode)
+		}
+	}
+	if code, data := ts.call(t, "GET", "/v1/sandboxes", "", nil); code != 401 || apiError(t, data).Code != api.CodeUnauthorized {
+		t.Errorf("the API behind the UI: %d %s", code, data)
+	}
+}
+
 // TestUIBrowser walks the UI as a user: a wrong key, then sign in,
 // create a sandbox, run commands in the console, a terminal, upload,
 // view and delete files, the list and the usage page, and a stopped and
@@ -391,7 +432,9 @@ func TestUIBrowser(t *testing.T) {
 func TestUIBrowserChat(t *testing.T) {
 	model := fake.NewServer(t,
 		fake.Call("exec_command", `{"cmd":"printf 'hello from the agent\\n'; printf '\\033[32mgreen\\033[0m\\n'; mkdir -p scratch"}`),
-		fake.Custom("apply_patch", "*** Begin Patch\n*** Add File: notes.txt\n+one\n+two\n*** End Patch"),
+		fake.Custom("apply_patch", "*** Begin Patch\n*** Add File: notes.txt\n+one\n+two\n"+
+			"*** Add File: chart.svg\n+"+`<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><rect width="40" height="20" fill="teal"/></svg>`+"\n"+
+			"*** Add File: data.csv\n+city,people\n+\"Paris, FR\",2100000\n*** End Patch"),
 		fake.Call("exec_command", `{"cmd":"rm -rf scratch"}`),
 		fake.Text("All done: notes.txt has two lines.").WithUsage(fake.Usage{InputTokens: 1200, OutputTokens: 34}),
 		fake.Text("Second answer, same workspace."),
@@ -428,6 +471,7 @@ func TestUIBrowserChat(t *testing.T) {
 	b.waitText("#timeline .event.final .answer", "All done: notes.txt has two lines.")
 	b.waitText("#run-status", "idle")
 	b.waitText("#timeline .event.approval", "Approved")
+	b.wait("the decided card's buttons gone", `document.querySelector('#timeline .event.approval button.approve').offsetParent === null`)
 	var run api.Run
 	ts.must(t, 200, "GET", "/v1/runs/"+runID, key, nil, &run)
 	if run.Status != api.RunIdle || run.SandboxID != sb.ID || run.Usage.InputTokens == 0 || run.CostUSD == nil {
@@ -440,6 +484,11 @@ func TestUIBrowserChat(t *testing.T) {
 	if n := b.eval(`document.querySelectorAll('#timeline .event.call').length`); n != "3" {
 		t.Errorf("%s command cards, want 3 (2 commands and the patch)", n)
 	}
+
+	// The artifacts: the SVG shown inline, the CSV as a table on request.
+	b.wait("the image artifact", `(() => { const i = document.querySelector('#artifacts img'); return !!i && i.complete && i.naturalWidth === 40; })()`)
+	b.click(`#artifacts li:has(button[aria-label="Download data.csv"]) button:not([aria-label])`)
+	b.waitText("#artifacts table.csv", "Paris, FR")
 	b.screenshot("answer")
 
 	// A follow-up in the same sandbox.
@@ -510,9 +559,9 @@ func TestUIBrowserServerRestart(t *testing.T) {
 		hs.Close()
 		s.Close()
 	})
-	b.waitFor("the run to end after the restart", `['idle', 'failed'].includes(`+textOf("#run-status")+`)`, 60*time.Second)
 	b.waitText("#notice", "Reconnected")
 	b.wait("the banner cleared", `document.getElementById('banner').hidden`)
+	b.waitFor("the run to end after the restart", `['idle', 'failed'].includes(`+textOf("#run-status")+`)`, 60*time.Second)
 	b.waitText("#timeline", "restarted")
 	if n := b.eval(`document.querySelectorAll('#timeline .msg.user').length`); n != "1" {
 		t.Errorf("%s user messages after reconnecting, want 1 (nothing shown twice)", n)

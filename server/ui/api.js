@@ -64,6 +64,9 @@ export async function request(method, path, opts = {}) {
   }
   if (!resp.ok) {
     const err = await errorOf(resp);
+    // The page moved on while the body was read (a sign-out, say): the
+    // caller is gone, and a half-read error is no message to show.
+    if (opts.signal && opts.signal.aborted) throw new DOMException('the request was aborted', 'AbortError');
     if (resp.status === 401 && !opts.key) window.dispatchEvent(new CustomEvent('cove:unauthorized', {detail: err}));
     throw err;
   }
