@@ -403,6 +403,7 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 		lr.mu.Lock()
 		lr.running = false
 		lr.mu.Unlock()
+		lr.emit(runEvent{Event: agent.Event{Type: EventRunStatus, Text: "the server is shutting down; the run goes on from its last turn when it starts again"}, Status: api.RunRunning})
 		if err := s.save(bg, lr); err != nil {
 			s.log.Error("saving run at shutdown", "run", lr.id, "err", err)
 		}
@@ -805,7 +806,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) {
 }
 
 // operate takes the caller's run named in the path for a control
-// operation: it holds the run's operation lock until done is called.
+// operation: it holds the run's operation lock until done is called. It
+// comes before reading the body: another team's run is a 404 whatever
+// the body says.
 func (s *Server) operate(w http.ResponseWriter, r *http.Request, c *caller) (lr *liveRun, status string, state json.RawMessage, done func(), ok bool) {
 	lr, err := s.acquire(r.Context(), c.team, r.PathValue("id"))
 	if err != nil {
@@ -820,15 +823,15 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request, c *caller) (lr 
 }
 
 func (s *Server) decideRun(w http.ResponseWriter, r *http.Request, c *caller) {
-	var req api.RunDecisions
-	if !s.decode(w, r, &req) {
-		return
-	}
 	lr, status, stateJSON, done, ok := s.operate(w, r, c)
 	if !ok {
 		return
 	}
 	defer done()
+	var req api.RunDecisions
+	if !s.decode(w, r, &req) {
+		return
+	}
 	if status != api.RunWaiting {
 		s.fail(w, r, fmt.Errorf("run %s is %s: no call waits for approval: %w", lr.id, status, sandbox.ErrState))
 		return
@@ -893,6 +896,11 @@ func (s *Server) decideRun(w http.ResponseWriter, r *http.Request, c *caller) {
 }
 
 func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
+	lr, status, stateJSON, done, ok := s.operate(w, r, c)
+	if !ok {
+		return
+	}
+	defer done()
 	var req api.RunMessage
 	if !s.decode(w, r, &req) {
 		return
@@ -902,11 +910,6 @@ func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("input is empty: say what the agent should do next"))
 		return
 	}
-	lr, status, stateJSON, done, ok := s.operate(w, r, c)
-	if !ok {
-		return
-	}
-	defer done()
 	switch status {
 	case api.RunRunning:
 		s.fail(w, r, fmt.Errorf("run %s is still working: wait for it to finish (or cancel it), then send the message: %w", lr.id, sandbox.ErrState))

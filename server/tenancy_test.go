@@ -1,19 +1,26 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/server/api"
 )
 
 // TestTenancyEveryRoute tries every documented route with one team's key
-// on another team's sandbox, snapshot and port: each answers 404 and
+// on another team's sandbox, snapshot, port, run and secret: each answers 404 and
 // nothing of the other team shows, and nothing of it changes.
 func TestTenancyEveryRoute(t *testing.T) {
-	ts := newTestServer(t, Config{})
+	model := fake.NewServer(t, fake.Text("done"))
+	ts := newTestServer(t, Config{Model: ModelConfig{BaseURL: model.URL, DefaultModel: "m"}})
 	keyA, keyB := ts.teamKey(t, "team-a"), ts.teamKey(t, "team-b")
+	var runA api.Run
+	ts.must(t, 201, "POST", "/v1/runs", keyA, api.CreateRun{Input: "hello"}, &runA)
+	ts.readEvents(t, keyA, runA.ID, 0, "")
+	ts.must(t, 200, "PUT", "/v1/secrets/OPENAI_API_KEY", keyA, api.SetSecret{Value: "sk-team-a"}, nil)
 	sbA := ts.create(t, keyA, api.CreateSandbox{Labels: map[string]string{"owner": "a"}})
 	ts.must(t, 204, "PUT", "/v1/sandboxes/"+sbA.ID+"/files?path=secret.txt", keyA, "a's secret", nil)
 	var snapA api.Snapshot
@@ -32,6 +39,10 @@ func TestTenancyEveryRoute(t *testing.T) {
 		if strings.HasSuffix(path, "/") && strings.Contains(path, "/guest/") {
 			path += "health"
 		}
+		if strings.HasPrefix(path, "/v1/runs/") {
+			path = strings.Replace(path, "{id}", runA.ID, 1)
+		}
+		path = strings.Replace(path, "{name}", "OPENAI_API_KEY", 1)
 		path = fill.Replace(path)
 		var body any
 		switch {
@@ -71,6 +82,9 @@ func TestTenancyEveryRoute(t *testing.T) {
 		case strings.HasPrefix(d.Pattern, "DELETE /v1/keys/"):
 			// A's key id is not B's to revoke (checked below).
 			continue
+		case strings.HasPrefix(d.Pattern, "PUT /v1/secrets/"):
+			// Sets B's own secret of that name; A's is checked below.
+			continue
 		case strings.HasPrefix(d.Pattern, "PUT /v1/teams/"):
 			// Admin only: 403 for any team key, tested in TestQuota.
 			if code, _ := ts.call(t, method, path, keyB, api.Quota{}); code != http.StatusForbidden {
@@ -84,6 +98,18 @@ func TestTenancyEveryRoute(t *testing.T) {
 		}
 	}
 	// A's things are untouched.
+	var secs api.SecretList
+	ts.must(t, 200, "GET", "/v1/secrets", keyA, nil, &secs)
+	if len(secs.Secrets) != 1 {
+		t.Errorf("A's secrets after B's attempts: %+v", secs)
+	}
+	if v, err := ts.secret(context.Background(), "team-a", "OPENAI_API_KEY"); err != nil || v != "sk-team-a" {
+		t.Errorf("A's secret after B's attempts: %q %v", v, err)
+	}
+	ts.must(t, 200, "GET", "/v1/runs/"+runA.ID, keyA, nil, &runA)
+	if runA.Status != api.RunIdle || runA.Messages != 1 {
+		t.Errorf("A's run after B's attempts: %+v", runA)
+	}
 	var got api.Sandbox
 	ts.must(t, 200, "GET", "/v1/sandboxes/"+sbA.ID, keyA, nil, &got)
 	if got.State != "running" {
