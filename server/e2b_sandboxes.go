@@ -43,8 +43,6 @@ type e2bNewSandbox struct {
 func (b *e2bNewSandbox) unsupported() string {
 	isSet := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 	switch {
-	case b.AllowInternet != nil && *b.AllowInternet:
-		return "allow_internet_access: Cove's sandboxes have no network access yet (loopback only); leave it unset or false"
 	case b.AutoResume != nil && b.AutoResume.Enabled:
 		return "autoResume: Cove does not resume paused sandboxes on traffic yet; resume them with Sandbox.connect"
 	case isSet(b.MCP):
@@ -55,11 +53,30 @@ func (b *e2bNewSandbox) unsupported() string {
 		return "volumeMounts: Cove has no volumes yet; leave it unset"
 	}
 	for k, v := range b.Network {
-		if k != "allowPublicTraffic" && isSet(v) {
-			return fmt.Sprintf("network.%s: Cove's sandboxes have no network access yet, so egress rules do not apply; only network.allowPublicTraffic is supported", k)
+		if k != "allowPublicTraffic" && k != "allowOut" && isSet(v) {
+			return fmt.Sprintf("network.%s is not supported by Cove yet; use network.allowOut (the only addresses a sandbox may reach) or allow_internet_access", k)
 		}
 	}
 	return ""
+}
+
+// network is the Cove network policy a create asks for: none (loopback
+// only, Cove's default when allow_internet_access is not given),
+// internet, or only network.allowOut's addresses and host names.
+func (b *e2bNewSandbox) network() (*api.Network, string) {
+	var allow []string
+	if raw, ok := b.Network["allowOut"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &allow); err != nil {
+			return nil, "network.allowOut must be a list of addresses, CIDRs or host names"
+		}
+	}
+	switch {
+	case len(allow) > 0:
+		return &api.Network{Mode: "allow", Allow: allow}, ""
+	case b.AllowInternet != nil && *b.AllowInternet:
+		return &api.Network{Mode: "internet"}, ""
+	}
+	return nil, ""
 }
 
 func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -68,6 +85,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	if msg := body.unsupported(); msg != "" {
+		writeE2BError(w, http.StatusBadRequest, msg)
+		return
+	}
+	network, msg := body.network()
+	if msg != "" {
 		writeE2BError(w, http.StatusBadRequest, msg)
 		return
 	}
@@ -108,7 +130,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	ctx := context.WithoutCancel(r.Context())
 	start := time.Now()
 	rec, _, err := s.createRecorded(ctx, c.team, api.CreateSandbox{
-		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata,
+		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata, Network: network,
 	})
 	if err != nil {
 		s.e2bFail(w, r, err)
@@ -145,7 +167,7 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
 		onTimeout = "pause"
 	}
 	writeJSON(w, http.StatusOK, e2bDetail{e2bListed: s.e2bListedView(rec), EnvdAccessToken: envd, Domain: s.e2bDomain(),
-		Lifecycle: e2bLifecycle{OnTimeout: onTimeout}})
+		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: e2bLifecycle{OnTimeout: onTimeout}})
 }
 
 func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {

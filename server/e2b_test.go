@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/server/api"
 )
 
@@ -133,8 +134,8 @@ func TestE2BAPI(t *testing.T) {
 			{`{"templateID": "base", "timeout": "soon"}`, "timeout"},
 			{map[string]any{"templateID": "base", "timeout": 0}, "timeout"},
 			{map[string]any{"templateID": "base", "mcp": map[string]any{"x": 1}}, "mcp"},
-			{map[string]any{"templateID": "base", "allow_internet_access": true}, "allow_internet_access"},
-			{map[string]any{"templateID": "base", "network": map[string]any{"allowOut": []string{"1.1.1.1"}}}, "network.allowOut"},
+			{map[string]any{"templateID": "base", "network": map[string]any{"denyOut": []string{"1.1.1.1"}}}, "network.denyOut"},
+			{map[string]any{"templateID": "base", "network": map[string]any{"allowOut": "1.1.1.1"}}, "network.allowOut"},
 			{map[string]any{"templateID": "base", "metadata": map[string]string{"cove.x": "1"}}, "metadata"},
 			{map[string]any{"templateID": "base", "envVars": map[string]string{"A=B": "1"}}, "A=B"},
 		} {
@@ -432,4 +433,83 @@ func TestE2BSDK(t *testing.T) {
 			t.Logf("%s", out)
 		})
 	}
+}
+
+// BenchmarkE2BCreateToFirstRun times what E2B publishes as its headline
+// figure, Sandbox.create to the first commands.run result, through the
+// unmodified SDK (both routing modes), next to the same flow over Cove's
+// own API (POST /v1/sandboxes, then POST /v1/sandboxes/{id}/exec to the
+// exit event). The server has a warm pool of two, as `cove serve` does
+// by default. Each reports its median and 90th percentile; the kill after
+// each sandbox is not timed.
+func BenchmarkE2BCreateToFirstRun(b *testing.B) {
+	cfg := Config{}
+	if os.Geteuid() == 0 {
+		dir := b.TempDir()
+		rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), Pool: 2, PoolDiskBytes: api.Sizes["small"].DiskBytes,
+			Env: []string{"GORACE=atexit_sleep_ms=0"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt.FillPool()
+		b.Cleanup(func() { rt.DrainPool(context.Background()) })
+		cfg.Runtime = rt
+	}
+	es := newE2BServer(b, cfg)
+	key := es.e2bKey(b, "bench")
+	report := func(b *testing.B, ms []float64) {
+		slices.Sort(ms)
+		mean := 0.0
+		for _, m := range ms {
+			mean += m
+		}
+		mean /= float64(len(ms))
+		b.ReportMetric(mean*1e6, "ns/op")
+		b.ReportMetric(ms[len(ms)/2], "p50-ms")
+		b.ReportMetric(ms[len(ms)*9/10], "p90-ms")
+	}
+	for _, mode := range []string{"domain", "header"} {
+		b.Run("e2b-sdk-"+mode, func(b *testing.B) {
+			sdk, why := e2bSDKDir(b)
+			if sdk == "" {
+				b.Skip(why)
+			}
+			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain, "COVE_E2B_N=" + strconv.Itoa(b.N)}
+			if mode == "header" {
+				env = append(env, "E2B_SANDBOX_URL="+es.URL)
+			}
+			out, err := es.node(b, sdk, env, "bench.mjs")
+			if err != nil {
+				b.Fatalf("node bench.mjs: %v\n%s", err, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			var ms []float64
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ms); err != nil || len(ms) == 0 {
+				b.Fatalf("bench.mjs printed %s", out)
+			}
+			report(b, ms)
+		})
+	}
+	b.Run("cove-api", func(b *testing.B) {
+		exec, _ := json.Marshal(api.Exec{Cmd: "echo", Args: []string{"hi"}})
+		var ms []float64
+		for range b.N {
+			start := time.Now()
+			sb := es.create(b, key, api.CreateSandbox{})
+			req, _ := http.NewRequest("POST", es.URL+"/v1/sandboxes/"+sb.ID+"/exec", bytes.NewReader(exec))
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ms = append(ms, float64(time.Since(start))/1e6)
+			if !bytes.Contains(body, []byte(`"exit"`)) {
+				b.Fatalf("exec: %s", body)
+			}
+			es.must(b, 204, "DELETE", "/v1/sandboxes/"+sb.ID, key, nil, nil)
+		}
+		report(b, ms)
+	})
 }
