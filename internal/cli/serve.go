@@ -149,7 +149,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			l.Close()
 			return fmt.Errorf("loading the TLS certificate: %w", err)
 		}
-		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		// h2 first: E2B's SDKs ask for HTTP/2 and multiplex their envd
+		// streams over one connection.
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 		l = tls.NewListener(l, hs.TLSConfig)
 	}
 	log.Info("cove server listening", "addr", l.Addr().String(), "url", *baseURL, "data", *data)
@@ -184,7 +186,9 @@ func retentionFlag(d time.Duration) time.Duration {
 // keyCmd is `cove key`: API keys on a Cove server.
 func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const usage = `Usage:
-  cove key create NAME [--team T | --new-team T] [--admin]   make a key (its secret is shown once)
+  cove key create NAME [--team T | --new-team T] [--admin] [--e2b]
+                                                              make a key (its secret is shown once;
+                                                              --e2b: in E2B's e2b_... form, for E2B_API_KEY)
   cove key ls [--all]                                         list keys (of your team; --all: every team, admin)
   cove key revoke ID                                          revoke a key
 
@@ -205,6 +209,7 @@ They talk to the server in COVE_SERVER with the key in COVE_API_KEY.
 		team := fs.String("team", "", "team of the key (admin)")
 		newTeam := fs.String("new-team", "", "make this team and a key for it (admin)")
 		admin := fs.Bool("admin", false, "an admin key (admin)")
+		e2b := fs.Bool("e2b", false, "a key in E2B's form (e2b_...), for E2B SDKs' E2B_API_KEY")
 		name, rest := "", args[1:]
 		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 			name, rest = rest[0], rest[1:]
@@ -220,7 +225,11 @@ They talk to the server in COVE_SERVER with the key in COVE_API_KEY.
 			return ErrUsage
 		}
 		var k api.Key
-		if err := c.do(ctx, "POST", "/v1/keys", api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}, &k); err != nil {
+		req := api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}
+		if *e2b {
+			req.Format = "e2b"
+		}
+		if err := c.do(ctx, "POST", "/v1/keys", req, &k); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s\n", k.Secret)
