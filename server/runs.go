@@ -244,6 +244,15 @@ func (lr *liveRun) notifyLocked() {
 	lr.changed = make(chan struct{})
 }
 
+// stopped marks the run's segment over. It comes after the segment's
+// last event: a stream that sees the run not working has had everything.
+func (lr *liveRun) stopped() {
+	lr.mu.Lock()
+	lr.running = false
+	lr.notifyLocked()
+	lr.mu.Unlock()
+}
+
 // setStatus records a new status and logs it as an event.
 func (lr *liveRun) setStatus(status, errMsg, text string) {
 	lr.mu.Lock()
@@ -400,10 +409,8 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 	if errors.Is(cause, errShutdown) {
 		// Left "running" with its last checkpoint: the next server goes
 		// on from there.
-		lr.mu.Lock()
-		lr.running = false
-		lr.mu.Unlock()
 		lr.emit(runEvent{Event: agent.Event{Type: EventRunStatus, Text: "the server is shutting down; the run goes on from its last turn when it starts again"}, Status: api.RunRunning})
+		lr.stopped()
 		if err := s.save(bg, lr); err != nil {
 			s.log.Error("saving run at shutdown", "run", lr.id, "err", err)
 		}
@@ -438,10 +445,11 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 	default:
 		lr.rec.Output = res.Output
 	}
-	lr.running, lr.rec.FinishedAt = false, s.cfg.Now()
+	lr.rec.FinishedAt = s.cfg.Now()
 	clear(lr.outBytes)
 	lr.mu.Unlock()
 	lr.setStatus(status, msg, "")
+	lr.stopped()
 	if err := s.save(bg, lr); err != nil {
 		s.log.Error("saving a finished run", "run", lr.id, "err", err)
 	}
