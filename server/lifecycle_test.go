@@ -45,7 +45,9 @@ func (c *fakeClock) Add(d time.Duration) {
 // eventually polls cond until it holds, failing the test after a while.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// A bound, not a timing: the loops tick every 20 ms, but a CI machine
+	// running every package's tests at once can starve them for seconds.
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
