@@ -46,10 +46,12 @@ export function s(tag, attrs, ...children) {
 
 // showError puts a failure's message in the banner at the top of the
 // page, with the request id when the server gave one. Nothing fails
-// silently: every caught error of a request ends up here.
+// silently: every caught error of a request ends up here, but for one
+// the page aborted itself (it moved on, or signed out): that is no error,
+// and showing it would hide the message that says why.
 export function showError(err, context) {
   const banner = document.getElementById('banner');
-  if (!banner) return;
+  if (!banner || (err && err.name === 'AbortError')) return;
   let msg = err && err.message ? err.message : String(err);
   if (context) msg = `${context}: ${msg}`;
   banner.replaceChildren(

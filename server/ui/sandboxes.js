@@ -125,7 +125,8 @@ export async function sandboxesView(ctx) {
       const [list, rep] = await Promise.all([
         api('GET', `/v1/sandboxes${q({limit: 100, cursor: reset ? '' : cursor})}`, {signal}),
         reset ? api('GET', '/v1/usage', {signal}).catch((e) => {
-          showError(e, 'Reading usage');
+          // A sign-out (the list's 401) aborts it: no error of its own.
+          if (e.name !== 'AbortError' && !signal.aborted) showError(e, 'Reading usage');
           return null;
         }) : null,
       ]);
