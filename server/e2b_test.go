@@ -43,38 +43,14 @@ func (ts *testServer) e2bKey(t testing.TB, team string) string {
 // read.
 func (ts *testServer) e2bCall(t testing.TB, method, path, key string, body any, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, ts.URL+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := map[string]string{}
 	if key != "" {
-		req.Header.Set("X-API-Key", key)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
+		all["X-API-Key"] = key
 	}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		all[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp, data
+	return ts.do(t, method, path, body, all)
 }
 
 // e2bErrorBody decodes E2B's error body and checks its code is the

@@ -235,12 +235,24 @@ func TestLifecycleRetention(t *testing.T) {
 // runtime and clock, as a restarted `cove serve` would.
 func (ts *testServer) restart(t *testing.T) *testServer {
 	t.Helper()
+	ts.stop()
+	return ts.startAgain(t, "127.0.0.1:0")
+}
+
+// stop closes ts's server (its sandboxes and store stay).
+func (ts *testServer) stop() {
 	ts.http.Close()
 	ts.Server.Close()
+}
+
+// startAgain starts a new server over ts's store, runtime and clock,
+// listening on addr.
+func (ts *testServer) startAgain(t *testing.T, addr string) *testServer {
+	t.Helper()
 	cfg := ts.Server.cfg
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("listening on %s: %v", addr, err)
 	}
 	cfg.BaseURL = "http://" + l.Addr().String()
 	s, err := New(cfg)

@@ -126,6 +126,19 @@ func testRuntime(t testing.TB, dir string) sandbox.Runtime {
 // status and body.
 func (ts *testServer) call(t testing.TB, method, path, key string, body any) (int, []byte) {
 	t.Helper()
+	var hdr map[string]string
+	if key != "" {
+		hdr = map[string]string{"Authorization": "Bearer " + key}
+	}
+	resp, data := ts.do(t, method, path, body, hdr)
+	return resp.StatusCode, data
+}
+
+// do makes a request with a JSON body (none when nil; a string or []byte
+// is sent as is) and headers, and returns the response with its body
+// read.
+func (ts *testServer) do(t testing.TB, method, path string, body any, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -144,11 +157,11 @@ func (ts *testServer) call(t testing.TB, method, path, key string, body any) (in
 	if err != nil {
 		t.Fatal(err)
 	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -156,7 +169,7 @@ func (ts *testServer) call(t testing.TB, method, path, key string, body any) (in
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, data
+	return resp, data
 }
 
 // must is call that fails the test unless the status is want, and decodes

@@ -9,7 +9,6 @@ import (
 	"image/color"
 	"image/png"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -533,32 +532,13 @@ func TestUIBrowserServerRestart(t *testing.T) {
 
 	// Down: the page says so and keeps trying.
 	addr := strings.TrimPrefix(ts.URL, "http://")
-	ts.http.Close()
-	ts.Server.Close()
+	ts.stop()
 	b.wait("the lost connection shown", bannerShows("lost the connection to the server"))
 	b.screenshot("server-down")
 
 	// Back on the same address: the page reconnects and the run ends
 	// (resumed from its last turn, or failed with the reason).
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listening again on %s: %v", addr, err)
-	}
-	cfg := ts.Server.cfg
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	hs := &http.Server{Handler: s.Handler()}
-	go hs.Serve(l)
-	t.Cleanup(func() {
-		hs.Close()
-		s.Close()
-	})
+	ts.startAgain(t, addr)
 	b.waitText("#notice", "Reconnected")
 	b.wait("the banner cleared", `document.getElementById('banner').hidden`)
 	b.waitFor("the run to end after the restart", `['idle', 'failed'].includes(`+textOf("#run-status")+`)`, 60*time.Second)

@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/server/api"
 )
 
@@ -22,22 +19,7 @@ func TestServeRunSurvivesSIGKILL(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("cove serve runs the local runtime, which needs root (CI runs as root)")
 	}
-	home, err := os.MkdirTemp("", "cr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	data := filepath.Join(home, "srv")
-	t.Cleanup(func() {
-		rt, err := local.New(local.Config{Dir: filepath.Join(data, "sandboxes")})
-		if err != nil {
-			return
-		}
-		infos, _ := rt.List(context.Background())
-		for _, in := range infos {
-			rt.Delete(context.Background(), in.ID)
-		}
-	})
+	home, data := serveHome(t, "cr")
 	model := fake.NewServer(t,
 		fake.Call("exec_command", `{"cmd":"echo kept > kept.txt"}`),
 		fake.Text("never seen").WithDelay(time.Minute),

@@ -148,22 +148,18 @@ func apiCall(t *testing.T, method, url, key string, body any, out any) int {
 	return resp.StatusCode
 }
 
-// TestServe: cove serve prints an admin key once, cove key manages keys
-// against it, a SIGKILLed server restarts with its sandboxes still there
-// and running, a create cut short by SIGKILL leaves no orphan, and
-// SIGTERM stops it cleanly.
-func TestServe(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("cove serve runs the local runtime, which needs root (CI runs as root)")
-	}
-	home, err := os.MkdirTemp("", "cs") // short: unix socket paths are limited
+// serveHome makes a temp state dir (short: unix socket paths are
+// limited) and the server's data dir in it; at the end the sandboxes the
+// servers left are deleted (their supervisors outlive the servers).
+func serveHome(t *testing.T, prefix string) (home, data string) {
+	t.Helper()
+	home, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(home) })
-	data := filepath.Join(home, "srv")
+	data = filepath.Join(home, "srv")
 	t.Cleanup(func() {
-		// The servers are gone; their sandboxes' supervisors are not.
 		rt, err := local.New(local.Config{Dir: filepath.Join(data, "sandboxes")})
 		if err != nil {
 			return
@@ -174,6 +170,18 @@ func TestServe(t *testing.T) {
 			rt.Delete(context.Background(), in.ID)
 		}
 	})
+	return home, data
+}
+
+// TestServe: cove serve prints an admin key once, cove key manages keys
+// against it, a SIGKILLed server restarts with its sandboxes still there
+// and running, a create cut short by SIGKILL leaves no orphan, and
+// SIGTERM stops it cleanly.
+func TestServe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cove serve runs the local runtime, which needs root (CI runs as root)")
+	}
+	home, data := serveHome(t, "cs")
 	p := startServe(t, home, data)
 	if !strings.HasPrefix(p.admin, "cove_") {
 		t.Fatalf("no admin key printed; stderr:\n%s", p.stderr.String())
