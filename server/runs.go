@@ -553,7 +553,9 @@ func (s *Server) runModel(ctx context.Context, team string, ag api.RunAgent) (ag
 		}
 	}
 	m, err := openai.New(openai.Config{Model: model, APIKey: key, BaseURL: base, API: openai.API(apiKind),
-		NoEnv: true, HTTPClient: s.cfg.Model.HTTPClient, Logger: s.log})
+		NoEnv: true, HTTPClient: s.cfg.Model.HTTPClient, Logger: s.log,
+		BaseURLSetting: "the run's agent.base_url",
+		KeySetting:     "the team secret " + secretName + " (PUT /v1/secrets/" + secretName + ")"})
 	if err != nil {
 		return nil, invalid("the run's model: %v (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", err)
 	}

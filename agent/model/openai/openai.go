@@ -102,6 +102,10 @@ type Config struct {
 	// Logger, when set, gets a line for each retry (why, and how long
 	// the wait is), so a slow run can be explained.
 	Logger *slog.Logger
+	// BaseURLSetting and KeySetting name, in error messages, where the
+	// user sets the base URL and the key ("--base-url" and
+	// "OPENAI_API_KEY" by default; a server names its own fields).
+	BaseURLSetting, KeySetting string
 	// NoEnv reads nothing from the environment: no key, base URL,
 	// organisation or project comes from $OPENAI_*. A server choosing a
 	// key per tenant sets it, so that a tenant's own base URL is never
@@ -116,10 +120,12 @@ type Model struct {
 	api      API
 	baseURL  string
 	isOpenAI bool
-	retries  int
-	base     time.Duration
-	maxDelay time.Duration
-	log      *slog.Logger
+	// urlSetting and keySetting are Config.BaseURLSetting and KeySetting.
+	urlSetting, keySetting string
+	retries                int
+	base                   time.Duration
+	maxDelay               time.Duration
+	log                    *slog.Logger
 
 	responses responses.ResponseService
 	chat      sdk.ChatCompletionService
@@ -143,12 +149,14 @@ func New(cfg Config) (*Model, error) {
 		return nil, fmt.Errorf("base URL %q is not an http(s) URL: want one like http://localhost:11434/v1", base)
 	}
 	m := &Model{
-		baseURL:  base,
-		isOpenAI: u.Hostname() == "api.openai.com",
-		retries:  cfg.MaxRetries,
-		base:     cfg.RetryBaseDelay,
-		maxDelay: cfg.RetryMaxDelay,
-		log:      cfg.Logger,
+		urlSetting: firstNonEmpty(cfg.BaseURLSetting, "--base-url"),
+		keySetting: firstNonEmpty(cfg.KeySetting, "OPENAI_API_KEY"),
+		baseURL:    base,
+		isOpenAI:   u.Hostname() == "api.openai.com",
+		retries:    cfg.MaxRetries,
+		base:       cfg.RetryBaseDelay,
+		maxDelay:   cfg.RetryMaxDelay,
+		log:        cfg.Logger,
 	}
 	key := firstNonEmpty(cfg.APIKey, env("OPENAI_API_KEY"))
 	if key == "" && m.isOpenAI {
@@ -326,6 +334,8 @@ type RequestError struct {
 	retryAfter time.Duration
 	tooLong    bool
 	isOpenAI   bool
+	// urlSetting and keySetting name where the user fixes them.
+	urlSetting, keySetting string
 }
 
 type failureKind int
@@ -346,7 +356,7 @@ func (e *RequestError) Error() string {
 	}
 	switch e.kind {
 	case failNetwork:
-		fmt.Fprintf(&b, "cannot reach the model at %s%s: %v; check --base-url", e.BaseURL, tries, e.Err)
+		fmt.Fprintf(&b, "cannot reach the model at %s%s: %v; check %s", e.BaseURL, tries, e.Err, e.urlSetting)
 		return b.String()
 	case failBroken:
 		fmt.Fprintf(&b, "calling model %q at %s: the reply broke off%s: %v", e.Model, e.BaseURL, tries, e.Err)
@@ -370,11 +380,11 @@ func (e *RequestError) Error() string {
 	case e.tooLong:
 		fmt.Fprintf(&b, "; the server asks to retry in %v, longer than Cove waits", e.RetryAfter.Round(time.Second))
 	case e.StatusCode == http.StatusUnauthorized && e.isOpenAI:
-		b.WriteString("; check OPENAI_API_KEY")
+		b.WriteString("; check " + e.keySetting)
 	case e.StatusCode == http.StatusUnauthorized:
 		b.WriteString("; check the API key")
 	case e.StatusCode == http.StatusNotFound:
-		b.WriteString("; check the model name and --base-url")
+		b.WriteString("; check the model name and " + e.urlSetting)
 	}
 	return b.String()
 }
@@ -395,7 +405,7 @@ func (e *RequestError) cause() string {
 // classify turns what one attempt returned into a RequestError and
 // decides whether another attempt may help.
 func (m *Model) classify(err error, reply *http.Response) *RequestError {
-	f := &RequestError{Model: m.name, BaseURL: m.baseURL, isOpenAI: m.isOpenAI}
+	f := &RequestError{Model: m.name, BaseURL: m.baseURL, isOpenAI: m.isOpenAI, urlSetting: m.urlSetting, keySetting: m.keySetting}
 	var own *RequestError
 	var apiErr *sdk.Error
 	var streamErr *ssestream.StreamError

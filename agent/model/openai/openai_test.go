@@ -585,3 +585,16 @@ func TestNoEnvSendsNoKey(t *testing.T) {
 		t.Errorf("Authorization = %q: the environment's key was sent", got)
 	}
 }
+
+// TestSettingNames: a caller other than the CLI names its own settings
+// in the errors that say what to fix.
+func TestSettingNames(t *testing.T) {
+	m, err := openai.New(openai.Config{BaseURL: "http://127.0.0.1:9/v1", Model: "m", NoEnv: true, MaxRetries: -1, BaseURLSetting: "agent.base_url"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Respond(context.Background(), request(agent.UserMessage("hi")), nil)
+	if err == nil || !strings.HasSuffix(err.Error(), "; check agent.base_url") {
+		t.Errorf("error = %v, want it to end with the caller's setting", err)
+	}
+}
