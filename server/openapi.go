@@ -102,6 +102,7 @@ var routeDocs = []routeDoc{
 	{Pattern: "GET /v1/runs/{id}/events", Summary: "The run's events as Server-Sent Events (id, event type, JSON data: the events of cove run --json plus user_message and run_status), from after Last-Event-ID (or ?after=); ends when the run stops working unless follow=true", Query: []string{"after: the last event id seen (instead of the Last-Event-ID header)", "follow: true to stay open across follow-ups"}, Response: "text/event-stream"},
 	{Pattern: "POST /v1/runs/{id}/approvals", Summary: "Approve or reject the calls a waiting run asks about; once all are decided the run goes on", Request: api.RunDecisions{}, Response: api.Run{}},
 	{Pattern: "POST /v1/runs/{id}/messages", Summary: "Send a follow-up: the run goes on in the same sandbox with the conversation so far", Request: api.RunMessage{}, Response: api.Run{}},
+	{Pattern: "DELETE /v1/runs/{id}", Summary: "Delete a run that is not working, with its log (its sandbox stays)"},
 	{Pattern: "POST /v1/runs/{id}/cancel", Summary: "Cancel a working or waiting run (its running command is killed); a message goes on from there", Response: api.Run{}},
 	{Pattern: "PUT /v1/secrets/{name}", Summary: "Set a team secret (a model API key, e.g. OPENAI_API_KEY), sealed by the server and never returned", Request: api.SetSecret{}, Response: api.Secret{}},
 	{Pattern: "GET /v1/secrets", Summary: "List the team's secrets (names only)", Response: api.SecretList{}},

@@ -151,6 +151,7 @@ func (s *Server) runRoutes() {
 	s.handle("POST /v1/runs/{id}/approvals", s.decideRun)
 	s.handle("POST /v1/runs/{id}/messages", s.messageRun)
 	s.handle("POST /v1/runs/{id}/cancel", s.cancelRun)
+	s.handle("DELETE /v1/runs/{id}", s.deleteRun)
 }
 
 // acquire returns the live run of team's run id, loading it from the
@@ -997,6 +998,39 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	writeJSON(w, http.StatusOK, lr.view())
 }
 
+// deleteRun forgets a run that is not working: its record and its log.
+// Its sandbox stays (it is the team's, with its own lifecycle).
+func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request, c *caller) {
+	lr, status, _, done, ok := s.operate(w, r, c)
+	if !ok {
+		return
+	}
+	defer done()
+	lr.mu.Lock()
+	running := lr.running
+	lr.mu.Unlock()
+	if running || status == api.RunRunning {
+		s.fail(w, r, fmt.Errorf("run %s is working: cancel it first (POST /v1/runs/%s/cancel): %w", lr.id, lr.id, sandbox.ErrState))
+		return
+	}
+	if err := s.flush(r.Context(), lr); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.Store.DeleteRun(r.Context(), c.team, lr.id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.runs.mu.Lock()
+	delete(s.runs.runs, lr.id)
+	s.runs.mu.Unlock()
+	lr.mu.Lock()
+	lr.rec.Status = "deleted"
+	lr.notifyLocked()
+	lr.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // runEvents streams a run's log as Server-Sent Events from after the
 // client's Last-Event-ID (or ?after=). The stream ends once the run is not
 // working and everything is sent, unless ?follow=true keeps it open
@@ -1070,8 +1104,11 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, c *caller) {
 				mem = append(mem, e)
 			}
 		}
-		changed, running, last := lr.changed, lr.running, lr.rec.LastEventID
+		changed, running, last, deleted := lr.changed, lr.running, lr.rec.LastEventID, lr.rec.Status == "deleted"
 		lr.mu.Unlock()
+		if deleted {
+			return
+		}
 		if len(mem) > 0 && mem[0].Seq != after+1 {
 			continue // flushed between the two reads: the store has them now
 		}

@@ -331,6 +331,20 @@ func TestRunAPI(t *testing.T) {
 	if len(list.Runs) != 1 || list.Runs[0].ID != run.ID || list.Runs[0].Status != api.RunIdle {
 		t.Errorf("list = %+v", list)
 	}
+
+	// Deleted: the run and its log are gone, its sandbox stays.
+	if code, _ := ts.call(t, "DELETE", "/v1/runs/"+run.ID, other, nil); code != 404 {
+		t.Errorf("another team deleting the run: %d", code)
+	}
+	ts.must(t, 204, "DELETE", "/v1/runs/"+run.ID, key, nil, nil)
+	for _, p := range []string{"/v1/runs/" + run.ID, "/v1/runs/" + run.ID + "/events"} {
+		if code, _ := ts.call(t, "GET", p, key, nil); code != 404 {
+			t.Errorf("GET %s after delete: %d", p, code)
+		}
+	}
+	if st := ts.state(t, key, run.SandboxID); st != "running" {
+		t.Errorf("the run's sandbox after the run was deleted: %s", st)
+	}
 }
 
 // TestRunBadInput: every malformed create is a 400 that says what to fix,
@@ -491,6 +505,9 @@ func TestRunCancelAndContinue(t *testing.T) {
 			t.Fatal("the command never started")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if code, b := ts.call(t, "DELETE", "/v1/runs/"+run.ID, key, nil); code != 409 || !strings.Contains(string(b), "cancel it first") {
+		t.Errorf("deleting a working run: %d %s", code, b)
 	}
 	ts.must(t, 200, "POST", "/v1/runs/"+run.ID+"/cancel", key, nil, &run)
 	if run.Status != api.RunCancelled || !strings.Contains(run.Error, "cancelled") {

@@ -244,6 +244,9 @@ type Store interface {
 	// ListRuns returns a page of runs, newest first, and the cursor of
 	// the next page ("" at the end).
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error)
+	// DeleteRun removes a run of the team and its events: ErrNotFound if
+	// the team has none with this id.
+	DeleteRun(ctx context.Context, teamID, id string) error
 	// AppendRunEvents adds events to their runs' logs; an event whose
 	// (run, seq) is already there is ErrExist and nothing is added.
 	AppendRunEvents(ctx context.Context, evs []RunEvent) error

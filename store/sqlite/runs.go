@@ -158,6 +158,19 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, s
 	return runs, next, nil
 }
 
+// DeleteRun removes a run of the team ("" for any team) and its events.
+func (s *Store) DeleteRun(ctx context.Context, teamID, id string) error {
+	if id == "" {
+		return invalid("run id is empty")
+	}
+	cond, args := teamClause(teamID)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`+cond, append([]any{id}, args...)...)
+		return mustChange(res, err, "run "+id)
+	})
+	return wrap(err, "deleting run %s", id)
+}
+
 // AppendRunEvents adds events to their runs' logs, all or none.
 func (s *Store) AppendRunEvents(ctx context.Context, evs []store.RunEvent) error {
 	if len(evs) == 0 {

@@ -109,6 +109,16 @@ func TestRunEvents(t *testing.T) {
 		t.Errorf("all events = %d, %v; want 10", len(all), err)
 	}
 	checkErr(t, s.AppendRunEvents(ctx, []store.RunEvent{{RunID: "r", Seq: 0, Type: "x", Data: json.RawMessage(`{}`)}}), sandbox.ErrInvalid, "start at 1")
+	// Deleting a run takes its events with it; another team's is not
+	// found.
+	checkErr(t, s.DeleteRun(ctx, teamB.ID, "r"), sandbox.ErrNotFound)
+	if err := s.DeleteRun(ctx, teamA.ID, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := s.RunEvents(ctx, "r", 0, 0); err != nil || len(evs) != 0 {
+		t.Errorf("events after the run was deleted: %d, %v", len(evs), err)
+	}
+	checkErr(t, s.DeleteRun(ctx, teamA.ID, "r"), sandbox.ErrNotFound)
 	checkErr(t, s.AppendRunEvents(ctx, []store.RunEvent{{RunID: "nope", Seq: 1, Type: "x", Data: json.RawMessage(`{}`)}}), sandbox.ErrNotFound)
 }
 
