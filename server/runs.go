@@ -787,6 +787,12 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *caller) {
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := r.URL.Query()
 	f := store.RunFilter{TeamID: c.team, Status: q.Get("status"), After: q.Get("cursor")}
+	switch f.Status {
+	case "", api.RunRunning, api.RunWaiting, api.RunIdle, api.RunFailed, api.RunCancelled:
+	default:
+		s.fail(w, r, invalid("status %q: want running, waiting, idle, failed or cancelled", f.Status))
+		return
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

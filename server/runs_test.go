@@ -390,6 +390,9 @@ func TestRunBadInput(t *testing.T) {
 			t.Errorf("events%s: %d", q, code)
 		}
 	}
+	if code, _ := ts.call(t, "GET", "/v1/runs?status=done", key, nil); code != 400 {
+		t.Errorf("listing by an unknown status: %d", code)
+	}
 	if code, _ := ts.call(t, "GET", "/v1/runs/run_nope", key, nil); code != 404 {
 		t.Errorf("unknown run: %d", code)
 	}
