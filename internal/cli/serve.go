@@ -127,7 +127,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if admin != "" {
-		fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\n", *baseURL, admin)
+		fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\nweb UI: %s/ (sign in with that key)\n", *baseURL, admin, *baseURL)
 	}
 	if err := srv.Reconcile(ctx); err != nil {
 		l.Close()
@@ -154,7 +154,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 		l = tls.NewListener(l, hs.TLSConfig)
 	}
-	log.Info("cove server listening", "addr", l.Addr().String(), "url", *baseURL, "data", *data)
+	log.Info("cove server listening", "addr", l.Addr().String(), "url", *baseURL, "web_ui", *baseURL+"/", "data", *data)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {
