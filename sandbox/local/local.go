@@ -273,8 +273,11 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	// No runtime-wide lock here: the new sandbox is this call's alone
+	// until it returns (its id is known to no one else; other processes
+	// create beside it with only its own flock, as this one now does), so
+	// creates of one process start their sandboxes side by side instead
+	// of one after the other.
 	if err := r.startLocked(ctx, id, st); err != nil {
 		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
@@ -291,6 +294,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 }
 
 // startLocked starts the supervisor and waits until the daemon answers.
+// The caller holds r.mu, or owns a sandbox no one else knows yet.
 func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 	dir := r.dir(id)
 	logf, err := os.OpenFile(filepath.Join(dir, "sandbox.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
