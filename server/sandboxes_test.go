@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,5 +177,38 @@ func TestCreateWithNetwork(t *testing.T) {
 	plain := ts.create(t, key, api.CreateSandbox{})
 	if plain.Network != nil {
 		t.Errorf("a sandbox without a policy shows network %+v", plain.Network)
+	}
+}
+
+// TestQuotaConcurrentCreates: creates run side by side, yet a burst of
+// them never gets past the quota: the ones admitted count while they are
+// being made.
+func TestQuotaConcurrentCreates(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "burst")
+	ts.must(t, 200, "PUT", "/v1/teams/burst/quota", ts.Admin, api.Quota{Sandboxes: 3}, nil)
+	codes := make(chan int, 10)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := ts.call(t, "POST", "/v1/sandboxes", key, api.CreateSandbox{})
+			codes <- code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[201] != 3 || count[429] != 7 {
+		t.Errorf("statuses of 10 creates under a quota of 3: %v", count)
+	}
+	var list api.SandboxList
+	ts.must(t, 200, "GET", "/v1/sandboxes", key, nil, &list)
+	if len(list.Sandboxes) != 3 {
+		t.Errorf("%d sandboxes listed, want 3", len(list.Sandboxes))
 	}
 }
