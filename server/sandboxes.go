@@ -190,29 +190,6 @@ func (s *Server) specFor(req api.CreateSandbox, team string) (sandbox.Spec, stor
 
 // admit checks a team's quota for one more running sandbox of spec.
 // Callers hold createMu until the sandbox is recorded.
-// pendingUse is what a team's admitted, not yet recorded creates hold.
-type pendingUse struct {
-	n    int
-	cpus float64
-	mem  int64
-}
-
-// reserve adds (sign 1) or removes (-1) a pending create's use; the
-// caller holds createMu.
-func (s *Server) reserve(team string, l sandbox.Limits, sign int) {
-	p := s.pending[team]
-	if p == nil {
-		p = &pendingUse{}
-		s.pending[team] = p
-	}
-	p.n += sign
-	p.cpus += float64(sign) * l.CPUs
-	p.mem += int64(sign) * l.MemoryBytes
-	if p.n == 0 {
-		delete(s.pending, team)
-	}
-}
-
 func (s *Server) admit(ctx context.Context, team string, spec sandbox.Spec) error {
 	t, err := s.cfg.Store.GetTeam(ctx, team)
 	if err != nil {
@@ -223,9 +200,6 @@ func (s *Server) admit(ctx context.Context, team string, spec sandbox.Spec) erro
 		return nil
 	}
 	n, cpus, mem := 1, spec.Limits.CPUs, spec.Limits.MemoryBytes
-	if p := s.pending[team]; p != nil {
-		n, cpus, mem = n+p.n, cpus+p.cpus, mem+p.mem
-	}
 	cursor := ""
 	for {
 		page, next, err := s.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{TeamID: team, State: store.StateRunning, After: cursor, Limit: 1000})
@@ -283,20 +257,16 @@ func (s *Server) createRecorded(ctx context.Context, team string, req api.Create
 	if err != nil {
 		return rec, nil, err
 	}
-	// Admitted under createMu, the create counts against the quota as
-	// pending while the runtime makes it outside the lock: creates run
-	// side by side, and none can slip past the quota meanwhile.
-	s.createMu.Lock()
-	if err := s.admit(ctx, team, spec); err != nil {
-		s.createMu.Unlock()
-		return rec, nil, err
-	}
-	s.reserve(team, spec.Limits, 1)
-	s.createMu.Unlock()
-	sess, err := s.cfg.Runtime.Create(ctx, spec)
+	// One create at a time, quota check and all. Measured on 2 cores with
+	// 50 clients creating, running and deleting: 907-1031 cycles in 30 s
+	// one at a time, 807 with two at once, 690 with no limit; starting a
+	// sandbox is CPU work, and more at once only makes each slower.
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
-	s.reserve(team, spec.Limits, -1)
+	if err := s.admit(ctx, team, spec); err != nil {
+		return rec, nil, err
+	}
+	sess, err := s.cfg.Runtime.Create(ctx, spec)
 	if err != nil {
 		return rec, nil, fmt.Errorf("creating the sandbox: %w", err)
 	}

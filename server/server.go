@@ -105,10 +105,8 @@ type Server struct {
 	keyMu sync.Mutex
 	keys  map[string]cachedKey
 
-	// createMu serialises quota checks with the creates they admit;
-	// pending holds the use of creates admitted and still being made.
+	// createMu serialises quota checks with the creates they admit.
 	createMu sync.Mutex
-	pending  map[string]*pendingUse
 
 	metrics *metrics
 	// procTable keeps the handles of background processes started
@@ -164,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Store = newCachedStore(cfg.Store)
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub(), pending: map[string]*pendingUse{}}
+		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub()}
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
