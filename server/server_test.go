@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cove-sandbox/cove/guest"
@@ -76,6 +78,17 @@ func newTestServer(t testing.TB, cfg Config) *testServer {
 		t.Fatal(err)
 	}
 	cfg.BaseURL = "http://" + l.Addr().String()
+	if cfg.Logger == nil {
+		// The server's log is shown when the test fails: what the
+		// background loops did is often the explanation.
+		logs := &logBuffer{}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("server log:\n%s", logs.String())
+			}
+		})
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -219,4 +232,22 @@ func apiError(t *testing.T, data []byte) api.Error {
 		t.Fatalf("not an API error body: %s", data)
 	}
 	return e
+}
+
+// logBuffer is a log destination safe for the server's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
