@@ -557,3 +557,32 @@ func thousands(n int64) string {
 	}
 	return s
 }
+
+// TestUIBrowserSettings: a team sets its model key from the browser; the
+// page lists it by name and never shows the value again; it can be
+// deleted.
+func TestUIBrowserSettings(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "settings")
+	b := newBrowser(t, ts.URL)
+	b.signIn(key)
+	b.open("#/settings")
+	b.waitText("h1", "Settings")
+	b.wait("the empty list", `!document.querySelector('#secrets-empty').hidden`)
+	b.fill("#secret-value", "sk-from-the-browser")
+	b.click("#secret-save")
+	b.waitText("#secrets", "OPENAI_API_KEY")
+	if v, err := ts.secret(context.Background(), "settings", "OPENAI_API_KEY"); err != nil || v != "sk-from-the-browser" {
+		t.Fatalf("the secret on the server: %q %v", v, err)
+	}
+	if got := b.eval(`String(document.body.innerText.includes('sk-from-the-browser') || document.querySelector('#secret-value').value !== '')`); got != "false" {
+		t.Error("the page still shows the secret's value after saving")
+	}
+	b.screenshot("secret-set")
+	b.click(`button[aria-label="Delete OPENAI_API_KEY"]`)
+	b.click(`button[aria-label="Delete OPENAI_API_KEY"]`) // confirm
+	b.wait("the secret gone", `!document.querySelector('#secrets-empty').hidden && !document.querySelector('#secrets').textContent.includes('OPENAI_API_KEY')`)
+	if _, err := ts.secret(context.Background(), "settings", "OPENAI_API_KEY"); err == nil {
+		t.Error("the secret is still on the server after delete")
+	}
+}

@@ -7,6 +7,7 @@ import {clearError, h, showError, showNotice} from './dom.js';
 import {sandboxesView, sandboxView} from './sandboxes.js';
 import {chatView, runView} from './chat.js';
 import {usageView} from './usage.js';
+import {settingsView} from './settings.js';
 
 const routes = [
   {re: /^\/signin$/, view: signInView, public: true},
@@ -15,6 +16,7 @@ const routes = [
   {re: /^\/chat$/, view: chatView, nav: 'chat'},
   {re: /^\/runs\/([^/]+)$/, view: runView, nav: 'chat'},
   {re: /^\/usage$/, view: usageView, nav: 'usage'},
+  {re: /^\/settings$/, view: settingsView, nav: 'settings'},
 ];
 
 let current = null; // {controller, cleanups}
