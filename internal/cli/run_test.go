@@ -651,7 +651,7 @@ func TestRunRetry(t *testing.T) {
 		t.Fatalf("cove run: %v\n%s\n%s", err, out, errOut)
 	}
 	if !strings.Contains(out, "one\ntwo\n") || !strings.Contains(out, "» two is there") ||
-		strings.Contains(out+errOut, "429") || strings.Contains(out+errOut, "ate limit") {
+		strings.Contains(out+errOut, "HTTP 429") || strings.Contains(out+errOut, "ate limit") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s\nwant the run and no trace of the retry", out, errOut)
 	}
 	if n := len(srv.Requests()); n != 3 {
