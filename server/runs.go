@@ -133,6 +133,8 @@ type liveRun struct {
 	// nothing to flush is dropped from memory.
 	subs     int
 	outBytes map[string]int
+	// deleted ends the streams still following a run that was deleted.
+	deleted bool
 	// flushMu serialises writes of pending events.
 	flushMu sync.Mutex
 }
@@ -326,6 +328,31 @@ func (s *Server) closeRuns() {
 
 // segment is one Runner call of a run.
 type segment func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error)
+
+// goOn is the segment that goes on from st: a fresh run of input when
+// st is nil, a resume (after approvals or a restart) when input is "",
+// a follow-up otherwise.
+func goOn(st *agent.RunState, input string) segment {
+	return func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
+		switch {
+		case st == nil:
+			return rn.Run(ctx, a, input, cfg)
+		case input == "":
+			return rn.Resume(ctx, a, st, cfg)
+		}
+		return rn.Continue(ctx, a, st, input, cfg)
+	}
+}
+
+// launchAndShow launches a segment and answers with the run (or why it
+// could not start). The caller holds lr.op.
+func (s *Server) launchAndShow(w http.ResponseWriter, r *http.Request, lr *liveRun, do segment) {
+	if err := s.launch(lr, "", do); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, lr.view())
+}
 
 // launch starts a segment of the run. The caller holds lr.op.
 func (s *Server) launch(lr *liveRun, text string, do segment) error {
@@ -698,10 +725,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	defer s.release(lr)
 	lr.op.Lock()
 	lr.emit(runEvent{Event: agent.Event{Type: EventUserMessage, Text: req.Input}})
-	input := req.Input
-	err := s.launch(lr, "", func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
-		return rn.Run(ctx, a, input, cfg)
-	})
+	err := s.launch(lr, "", goOn(nil, req.Input))
 	lr.op.Unlock()
 	if err != nil {
 		s.fail(w, r, err)
@@ -902,14 +926,7 @@ func (s *Server) decideRun(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeJSON(w, http.StatusOK, lr.view())
 		return
 	}
-	err = s.launch(lr, "", func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
-		return rn.Resume(ctx, a, st, cfg)
-	})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, lr.view())
+	s.launchAndShow(w, r, lr, goOn(st, ""))
 }
 
 func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -949,17 +966,7 @@ func (s *Server) messageRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	lr.rec.Output = ""
 	lr.mu.Unlock()
 	lr.emit(runEvent{Event: agent.Event{Type: EventUserMessage, Text: input}})
-	err := s.launch(lr, "", func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
-		if st == nil {
-			return rn.Run(ctx, a, input, cfg)
-		}
-		return rn.Continue(ctx, a, st, input, cfg)
-	})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, lr.view())
+	s.launchAndShow(w, r, lr, goOn(st, input))
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -1031,7 +1038,7 @@ func (s *Server) deleteRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	delete(s.runs.runs, lr.id)
 	s.runs.mu.Unlock()
 	lr.mu.Lock()
-	lr.rec.Status = "deleted"
+	lr.deleted = true
 	lr.notifyLocked()
 	lr.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
@@ -1110,7 +1117,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, c *caller) {
 				mem = append(mem, e)
 			}
 		}
-		changed, running, last, deleted := lr.changed, lr.running, lr.rec.LastEventID, lr.rec.Status == "deleted"
+		changed, running, last, deleted := lr.changed, lr.running, lr.rec.LastEventID, lr.deleted
 		lr.mu.Unlock()
 		if deleted {
 			return
@@ -1190,9 +1197,7 @@ func (s *Server) recoverRun(rec store.Run) {
 	st.Abandon("the server restarted while it ran")
 	text := fmt.Sprintf("the server restarted; the run goes on from turn %d", st.Turn)
 	s.log.Info("resuming run after restart", "run", rec.ID, "turn", st.Turn)
-	if err := s.launch(lr, text, func(ctx context.Context, rn *agent.Runner, a *agent.Agent, cfg agent.RunConfig) (*agent.Result, error) {
-		return rn.Resume(ctx, a, st, cfg)
-	}); err != nil {
+	if err := s.launch(lr, text, goOn(st, "")); err != nil {
 		s.log.Error("resuming run", "run", rec.ID, "err", err)
 	}
 }
