@@ -82,11 +82,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	rec, sess, end, ok := s.inUse(w, r, c)
 	if !ok {
 		return
 	}
-	end := s.begin(rec.ID)
 	defer end()
 	started, failed := time.Now(), true
 	defer func() { s.metrics.exec(time.Since(started), failed) }()
@@ -163,11 +162,10 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	rec, sess, end, ok := s.inUse(w, r, c)
 	if !ok {
 		return
 	}
-	end := s.begin(rec.ID)
 	defer end()
 	procs := s.procs()
 	held := procs.takeHeld(rec.ID, sel)
@@ -802,11 +800,10 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	rec, sess, end, ok := s.inUse(w, r, c)
 	if !ok {
 		return
 	}
-	end := s.begin(rec.ID)
 	defer end()
 	rc, err := sess.ReadFile(r.Context(), p)
 	if err != nil {
@@ -888,11 +885,10 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.tooLarge(w, r)
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	rec, sess, end, ok := s.inUse(w, r, c)
 	if !ok {
 		return
 	}
-	end := s.begin(rec.ID)
 	defer end()
 	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)}
 	err = sess.WriteFile(r.Context(), p, body, mode)

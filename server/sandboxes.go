@@ -400,6 +400,16 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c *caller) (sto
 	return rec, sess, true
 }
 
+// inUse is session for a stream or transfer: the sandbox counts as in
+// use (never idle) until end is called.
+func (s *Server) inUse(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, sandbox.Session, func(), bool) {
+	rec, sess, ok := s.session(w, r, c)
+	if !ok {
+		return rec, nil, nil, false
+	}
+	return rec, sess, s.begin(rec.ID), true
+}
+
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
 	if rec, ok := s.record(w, r, c); ok {
 		writeJSON(w, http.StatusOK, s.view(rec))

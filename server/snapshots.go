@@ -56,11 +56,10 @@ func (s *Server) snapshotFile(sn store.Snapshot) (string, error) {
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) {
-	rec, sess, ok := s.session(w, r, c)
+	rec, sess, end, ok := s.inUse(w, r, c)
 	if !ok {
 		return
 	}
-	end := s.begin(rec.ID)
 	defer end()
 	sn := store.Snapshot{ID: newID("snap-"), TeamID: c.team, SandboxID: rec.ID}
 	file, err := s.snapshotFile(sn)
