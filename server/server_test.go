@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,36 +11,28 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
 // The runtimes re-execute the test binary for a sandbox's roles.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		var err error
-		switch a := os.Args[1]; {
+	sandboxtest.Main(m, func(args []string) (bool, error) {
+		switch a := args[0]; {
 		case a == "guest":
-			err = guest.Main(context.Background(), os.Args[2:], os.Stderr)
+			return true, guest.Main(context.Background(), args[1:], os.Stderr)
 		case strings.HasPrefix(a, "local-"):
-			err = local.Main(context.Background(), os.Args[1:], os.Stderr)
-		default:
-			os.Exit(m.Run())
+			return true, local.Main(context.Background(), args, os.Stderr)
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return false, nil
+	})
 }
 
 // testServer is a real server on 127.0.0.1:0 over the local runtime (as
@@ -81,7 +72,7 @@ func newTestServer(t testing.TB, cfg Config) *testServer {
 	if cfg.Logger == nil {
 		// The server's log is shown when the test fails: what the
 		// background loops did is often the explanation.
-		logs := &logBuffer{}
+		logs := &sandboxtest.SyncBuffer{}
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		t.Cleanup(func() {
 			if t.Failed() {
@@ -232,22 +223,4 @@ func apiError(t *testing.T, data []byte) api.Error {
 		t.Fatalf("not an API error body: %s", data)
 	}
 	return e
-}
-
-// logBuffer is a log destination safe for the server's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

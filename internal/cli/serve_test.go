@@ -22,12 +22,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 
 	"github.com/cove-sandbox/cove/server/api"
 )
@@ -37,24 +37,7 @@ type serveProc struct {
 	cmd    *exec.Cmd
 	url    string
 	admin  string // set on the first start only
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stderr *sandboxtest.SyncBuffer
 }
 
 // startServe starts cove serve over data and waits until it listens.
@@ -70,7 +53,7 @@ func startServe(t *testing.T, home, data string, extra ...string) *serveProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, stderr: &syncBuffer{}}
+	p := &serveProc{cmd: cmd, stderr: &sandboxtest.SyncBuffer{}}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,28 +33,10 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if port := os.Getenv("COVE_TEST_ECHO_PORT"); port != "" {
-		echoServer(port)
+		sandboxtest.EchoServer(port)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// echoServer is what the conformance suite's Listen hook runs inside a
-// sandbox: a TCP echo server on the sandbox's loopback.
-func echoServer(port string) {
-	l, err := net.Listen("tcp", "127.0.0.1:"+port)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println("listening")
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() { io.Copy(c, c); c.Close() }()
-	}
 }
 
 func TestConformance(t *testing.T) {

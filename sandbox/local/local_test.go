@@ -2,9 +2,6 @@ package local
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -18,43 +15,18 @@ import (
 
 // The runtime re-executes the test binary for its hidden roles.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		var err error
-		switch os.Args[1] {
+	sandboxtest.Main(m, func(args []string) (bool, error) {
+		switch args[0] {
 		case "local-shim":
-			err = ShimMain(context.Background(), os.Args[2:], os.Stderr)
+			return true, ShimMain(context.Background(), args[1:], os.Stderr)
 		case "local-init":
-			err = InitMain(context.Background(), os.Args[2:], os.Stderr)
-		case "echo-server":
-			echoServer(os.Args[2])
+			return true, InitMain(context.Background(), args[1:], os.Stderr)
 		case "probe":
-			probe(os.Args[2:])
-		default:
-			os.Exit(m.Run())
+			probe(args[1:])
+			return true, nil
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-func echoServer(port string) {
-	l, err := net.Listen("tcp", "127.0.0.1:"+port)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println("listening")
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() { io.Copy(c, c); c.Close() }()
-	}
+		return false, nil
+	})
 }
 
 func needRoot(t testing.TB) {

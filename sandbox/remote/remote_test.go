@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,41 +31,15 @@ import (
 // The server's runtime re-executes the test binary for a sandbox's roles;
 // echo-server is the TCP server the port test dials inside a sandbox.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 {
-		var err error
-		switch a := os.Args[1]; {
+	sandboxtest.Main(m, func(args []string) (bool, error) {
+		switch a := args[0]; {
 		case a == "guest":
-			err = guest.Main(context.Background(), os.Args[2:], os.Stderr)
+			return true, guest.Main(context.Background(), args[1:], os.Stderr)
 		case strings.HasPrefix(a, "local-"):
-			err = local.Main(context.Background(), os.Args[1:], os.Stderr)
-		case a == "echo-server":
-			echoServer(os.Args[2])
-		default:
-			os.Exit(m.Run())
+			return true, local.Main(context.Background(), args, os.Stderr)
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-func echoServer(port string) {
-	l, err := net.Listen("tcp", "127.0.0.1:"+port)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println("listening")
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() { io.Copy(c, c); c.Close() }()
-	}
+		return false, nil
+	})
 }
 
 // testServer is a real Cove server on 127.0.0.1:0 over the local

@@ -212,31 +212,6 @@ func root(t *testing.T, s sandbox.Session) string {
 
 // ---- helpers ----
 
-// syncBuffer is a bytes.Buffer safe for a process's output goroutine and
-// the test to use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
 // waitFor polls cond until it holds, failing the test if it still does not
 // after hangBound.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -275,7 +250,7 @@ type execResult struct {
 // if Exec returns an error.
 func execute(t *testing.T, s sandbox.Session, req sandbox.ExecRequest) execResult {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr SyncBuffer
 	req.Stdout, req.Stderr = &stdout, &stderr
 	st, err := s.Exec(t.Context(), req)
 	if err != nil {
@@ -1369,7 +1344,7 @@ func testExecStdin(t *testing.T, h *harness) {
 	// With no Stdin and no OpenStdin the process reads EOF at once.
 	ctx, cancel := context.WithTimeout(t.Context(), hangBound)
 	defer cancel()
-	var out syncBuffer
+	var out SyncBuffer
 	st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "cat", Stdout: &out})
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cat with nil Stdin: still running after %v, want it to read EOF", hangBound)
@@ -1529,7 +1504,7 @@ func testExecCancel(t *testing.T, h *harness) {
 	s := h.create(t, sandbox.Spec{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out syncBuffer
+	var out SyncBuffer
 	req := sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo ready; sleep 30"}, Stdout: &out}
 	ch := execAsync(ctx, s, req)
 	// Output streams while the command runs.
@@ -1551,7 +1526,7 @@ func testExecCancelWhileWriting(t *testing.T, h *harness) {
 	s := h.create(t, sandbox.Spec{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out syncBuffer
+	var out SyncBuffer
 	ch := execAsync(ctx, s, sandbox.ExecRequest{Cmd: "yes", Stdout: &out})
 	waitFor(t, "yes producing output", func() bool { return out.Len() >= 64<<10 })
 	cancel()
@@ -1564,7 +1539,7 @@ func testExecConcurrent(t *testing.T, h *harness) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			var out syncBuffer
+			var out SyncBuffer
 			want := fmt.Sprintf("run %d\n", i)
 			st, err := s.Exec(t.Context(), sandbox.ExecRequest{Cmd: "echo", Args: []string{"run", strconv.Itoa(i)}, Stdout: &out})
 			if err != nil || !st.Success() || out.String() != want {
@@ -1621,7 +1596,7 @@ func processListed(t *testing.T, s sandbox.Session, pid int) (sandbox.ProcessInf
 func testProcessStdin(t *testing.T, h *harness) {
 	ctx := t.Context()
 	s := h.create(t, sandbox.Spec{})
-	var out syncBuffer
+	var out SyncBuffer
 	p := start(t, s, sandbox.ExecRequest{Cmd: "cat", OpenStdin: true, Tag: "catter", Stdout: &out})
 	kill(t, p)
 	if p.PID() <= 0 {
@@ -1649,7 +1624,7 @@ func testProcessStdin(t *testing.T, h *harness) {
 
 func testProcessStdinReader(t *testing.T, h *harness) {
 	s := h.create(t, sandbox.Spec{})
-	var out syncBuffer
+	var out SyncBuffer
 	in := randomBytes(64<<10, 3)
 	p := start(t, s, sandbox.ExecRequest{Cmd: "cat", Stdin: bytes.NewReader(in), Stdout: &out})
 	kill(t, p)
@@ -1661,7 +1636,7 @@ func testProcessStdinReader(t *testing.T, h *harness) {
 
 func testProcessOutput(t *testing.T, h *harness) {
 	s := h.create(t, sandbox.Spec{})
-	var out, errb syncBuffer
+	var out, errb SyncBuffer
 	p := start(t, s, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo out; echo err >&2; exit 5"}, Stdout: &out, Stderr: &errb})
 	kill(t, p)
 	st := wait(t, p)
@@ -1744,7 +1719,7 @@ func testProcessSignal(t *testing.T, h *harness) {
 
 func testProcessSignalGroup(t *testing.T, h *harness) {
 	s := h.create(t, sandbox.Spec{})
-	var out syncBuffer
+	var out SyncBuffer
 	// If only sh got the signal, its sleep would keep the output open and
 	// Wait (which waits for output) would hang for 30s.
 	p := start(t, s, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo started; sleep 30; echo after"}, Stdout: &out})
@@ -1765,7 +1740,7 @@ func testProcessSignalGroup(t *testing.T, h *harness) {
 func testAttachByTag(t *testing.T, h *harness) {
 	ctx := t.Context()
 	s := h.create(t, sandbox.Spec{})
-	var first, second syncBuffer
+	var first, second SyncBuffer
 	p := start(t, s, sandbox.ExecRequest{Cmd: "cat", OpenStdin: true, Tag: "reattach", Stdout: &first})
 	kill(t, p)
 	if err := p.Write(ctx, []byte("a\n")); err != nil {
@@ -1805,7 +1780,7 @@ func testAttachByTag(t *testing.T, h *harness) {
 func testAttachByPIDAfterExit(t *testing.T, h *harness) {
 	ctx := t.Context()
 	s := h.create(t, sandbox.Spec{})
-	var first, second syncBuffer
+	var first, second SyncBuffer
 	p := start(t, s, sandbox.ExecRequest{Cmd: "cat", OpenStdin: true, Stdout: &first})
 	kill(t, p)
 	pid := p.PID()
@@ -1895,7 +1870,7 @@ func testDuplicateTag(t *testing.T, h *harness) {
 
 func testOutlivesContext(t *testing.T, h *harness) {
 	s := h.create(t, sandbox.Spec{})
-	var out syncBuffer
+	var out SyncBuffer
 	sctx, cancel := context.WithCancel(t.Context())
 	p, err := s.Start(sctx, sandbox.ExecRequest{Cmd: "cat", OpenStdin: true, Stdout: &out})
 	cancel()
