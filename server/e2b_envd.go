@@ -166,8 +166,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.San
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot serve envd")
 		return
 	}
-	s.touch(rec.ID)
-	end := s.begin(rec.ID)
+	end := s.begin(rec.ID) // activity while the request lasts
 	defer end()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)

@@ -273,7 +273,6 @@ func (s *Server) withProcess(w http.ResponseWriter, r *http.Request, c *caller, 
 	if !ok {
 		return
 	}
-	s.touch(rec.ID)
 	p, release, err := s.procs().handle(r.Context(), sess, sel)
 	if err == nil {
 		err = f(r.Context(), p)
@@ -934,11 +933,10 @@ func (s *Server) fileOp(w http.ResponseWriter, r *http.Request, c *caller, f fun
 		s.fail(w, r, err)
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	_, sess, ok := s.session(w, r, c)
 	if !ok {
 		return
 	}
-	s.touch(rec.ID)
 	if err := f(r.Context(), sess, p); err != nil {
 		s.fail(w, r, err)
 		return
@@ -963,11 +961,10 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("give from and to, absolute inside the sandbox or relative to the workspace root"))
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	_, sess, ok := s.session(w, r, c)
 	if !ok {
 		return
 	}
-	s.touch(rec.ID)
 	if err := sess.Move(r.Context(), req.From, req.To); err != nil {
 		s.fail(w, r, err)
 		return
@@ -981,11 +978,10 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	rec, sess, ok := s.session(w, r, c)
+	_, sess, ok := s.session(w, r, c)
 	if !ok {
 		return
 	}
-	s.touch(rec.ID)
 	fi, err := sess.Stat(r.Context(), p)
 	if err != nil {
 		s.fail(w, r, err)
@@ -1011,11 +1007,10 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, c *caller) {
 			return
 		}
 	}
-	rec, sess, ok := s.session(w, r, c)
+	_, sess, ok := s.session(w, r, c)
 	if !ok {
 		return
 	}
-	s.touch(rec.ID)
 	fis, err := sess.List(r.Context(), p, depth)
 	if err != nil {
 		s.fail(w, r, err)
