@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -12,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -265,56 +263,6 @@ func (c *Client) Endpoint() (addr, token string) {
 		return "", ""
 	}
 	return c.addr, c.token
-}
-
-// dialPort is DialPort, with CheckResponse asked first about a refusal
-// from a proxy.
-func (c *Client) dialPort(ctx context.Context, port int) (net.Conn, error) {
-	if c.check == nil || !c.proxied {
-		return c.DialPort(ctx, port)
-	}
-	if port < 1 || port > 65535 {
-		return nil, fmt.Errorf("port %d: want 1 to 65535: %w", port, sandbox.ErrInvalid)
-	}
-	conn, err := c.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/cove/port/"+strconv.Itoa(port), nil)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "tcp")
-	c.setHeaders(req.Header)
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	// The handshake must end when ctx does, deadline or not.
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	br := bufio.NewReader(conn)
-	err = req.Write(conn)
-	var resp *http.Response
-	if err == nil {
-		resp, err = http.ReadResponse(br, req)
-	}
-	if !stop() {
-		err = ctx.Err()
-	}
-	if err != nil {
-		conn.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, wireError(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		defer conn.Close()
-		defer resp.Body.Close()
-		if err := c.check(resp); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("dialing port %d: %w", port, httpError(resp))
-	}
-	conn.SetDeadline(time.Time{})
-	return &bufConn{Conn: conn, r: br}, nil
 }
 
 // Close drops idle connections (not those of a ClientOptions.HTTPClient,

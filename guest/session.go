@@ -396,7 +396,7 @@ func (s *Session) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	return s.c.dialPort(ctx, port)
+	return s.c.DialPort(ctx, port)
 }
 
 var _ Endpointer = (*Session)(nil)

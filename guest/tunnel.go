@@ -76,7 +76,9 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// DialPort opens a tunnel to a TCP port inside the sandbox.
+// DialPort opens a tunnel to a TCP port inside the sandbox. The
+// handshake ends when ctx does; a refusal from a proxy in between is
+// first put to CheckResponse, so its own error comes back.
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: want 1 to 65535: %w", port, sandbox.ErrInvalid)
@@ -92,21 +94,32 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	if err := req.Write(conn); err != nil {
-		conn.Close()
-		return nil, wireError(err)
-	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, req)
+	err = req.Write(conn)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if !stop() {
+		err = ctx.Err()
+	}
 	if err != nil {
 		conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, wireError(err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer conn.Close()
-		err := httpError(resp)
-		resp.Body.Close()
-		return nil, fmt.Errorf("dialing port %d: %w", port, err)
+		defer resp.Body.Close()
+		if c.check != nil && c.proxied {
+			if err := c.check(resp); err != nil {
+				return nil, err
+			}
+		}
+		return nil, fmt.Errorf("dialing port %d: %w", port, httpError(resp))
 	}
 	conn.SetDeadline(time.Time{})
 	return &bufConn{Conn: conn, r: br}, nil
