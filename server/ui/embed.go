@@ -20,9 +20,6 @@ import (
 //go:embed index.html *.js *.css
 var files embed.FS
 
-// FS holds the UI's files: index.html and the assets it loads.
-func FS() fs.FS { return files }
-
 // csp allows the page only its own scripts and styles, the API on the
 // same origin (and its WebSocket), and blob: URLs for files shown from
 // a sandbox (images, PDFs): an injected script or a file's content
