@@ -43,15 +43,11 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	// thread, locked for the supervisor's whole life.
 	runtime.LockOSThread()
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("sandbox", filepath.Base(dir))
-	// Record our own pid at once: the runtime records it too, but only
-	// after starting us, and a creator killed in between would leave a
-	// supervisor nobody knows to stop.
-	st, err := updateState(dir, func(s *state) error {
-		if s.ShimPID == 0 {
-			s.ShimPID = os.Getpid()
-		}
-		return nil
-	})
+	// The supervisor records itself once pid 1 runs (below), a few
+	// milliseconds from now; until then a creator killed meanwhile is
+	// seen here or, later, by the next List, which deletes the sandbox,
+	// and the record below then fails and stops pid 1.
+	st, err := readState(dir)
 	if err != nil {
 		return err
 	}
@@ -100,13 +96,6 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 		// pid 1 dies with its supervisor, so no sandbox runs unsupervised.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if grp != nil {
-		if fd, ok := grp.FD(); ok {
-			// cgroup v2: pid 1 is born in its group.
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-		}
-	}
 	if st.Init.Harden {
 		// pid 1 inherits this thread's bounding set: leave it only what it
 		// needs to build the root (mounts, hostname: SYS_ADMIN; loopback:
@@ -118,24 +107,42 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	// pid 1 is born in its group, so nothing it starts ever runs outside
+	// the limits: on cgroup v2 through clone's CLONE_INTO_CGROUP, on v1 by
+	// forking it from this (locked) thread while the thread visits the
+	// group. Moving pid 1 in after the fork cost a 5–12 ms kernel grace
+	// period, and pid 1 could start a command before it was in.
+	var leaveGroup func() error
+	if grp != nil {
+		if fd, ok := grp.FD(); ok {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		} else if leaveGroup, err = grp.EnterThread(); err != nil {
+			lf.Close()
+			release()
+			return fmt.Errorf("putting the sandbox in its cgroup: %w", err)
+		}
+	}
+	err = cmd.Start()
+	if leaveGroup != nil {
+		if lerr := leaveGroup(); lerr != nil {
+			// The supervisor must not stay in the sandbox's group: a
+			// kill of the group would take it too.
+			if err == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+			lf.Close()
+			release()
+			return fmt.Errorf("leaving the sandbox's cgroup after starting its pid 1: %w", lerr)
+		}
+	}
+	if err != nil {
 		lf.Close()
 		release()
 		return fmt.Errorf("starting the sandbox's pid 1: %w", err)
 	}
 	lf.Close()
-	if grp != nil {
-		if _, ok := grp.FD(); !ok {
-			// cgroup v1: move pid 1 in before it starts anything; what
-			// it starts later follows it.
-			if err := grp.Add(cmd.Process.Pid); err != nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-				release()
-				return fmt.Errorf("putting the sandbox in its cgroup: %w", err)
-			}
-		}
-	}
 	if n := st.Init.Net; n != nil {
 		// pid 1 waits for its end of the pair before its daemon serves.
 		if err := hostNetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -616,5 +617,61 @@ func TestConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestEnterThread: on a v1 host a process forked by a thread visiting
+// the group is born in every hierarchy of the group, and the thread (so
+// the caller) is back where it was afterwards.
+func TestEnterThread(t *testing.T) {
+	r := testRoot(t)
+	if r.Version() == V2 {
+		t.Skip("cgroup v2 starts processes in a group through its descriptor (FD), not EnterThread")
+	}
+	g := newGroup(t, r, Limits{Pids: 8})
+	before := readFile(t, "/proc/thread-self/cgroup")
+
+	runtime.LockOSThread()
+	leave, err := g.EnterThread()
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatalf("EnterThread: %v", err)
+	}
+	cmd := exec.Command("sleep", "60")
+	startErr := cmd.Start()
+	leaveErr := leave()
+	after := readFile(t, "/proc/thread-self/cgroup")
+	runtime.UnlockOSThread()
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if leaveErr != nil {
+		t.Fatalf("leave: %v", leaveErr)
+	}
+	if after != before {
+		t.Errorf("the thread did not go back to its cgroups:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	pids, err := g.Pids()
+	if err != nil || !slices.Contains(pids, cmd.Process.Pid) {
+		t.Errorf("the group's processes are %v (%v), want the child %d among them", pids, err, cmd.Process.Pid)
+	}
+	child := readFile(t, fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	for _, c := range []string{Memory, Pids, CPU, CPUAcct, Freezer} {
+		if g.Path(c) == "" {
+			continue
+		}
+		found := false
+		for _, line := range strings.Split(child, "\n") {
+			if f := strings.SplitN(line, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), c) {
+				found = true
+				if !strings.HasSuffix(g.Path(c), f[2]) {
+					t.Errorf("the child's %s cgroup is %q, want the group's (%s)", c, f[2], g.Path(c))
+				}
+			}
+		}
+		if !found {
+			t.Errorf("the child's cgroups name no %s hierarchy:\n%s", c, child)
+		}
 	}
 }

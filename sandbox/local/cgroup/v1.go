@@ -217,3 +217,79 @@ func (g *Group) statsV1() (Stats, error) {
 	}
 	return s, nil
 }
+
+// EnterThread moves the calling thread into the group on a cgroup v1
+// host and returns the function that moves it back; the processes the
+// thread forks in between are born in the group. The caller holds the
+// thread (runtime.LockOSThread) from before the call until after leave,
+// and forks nothing else meanwhile.
+//
+// This is how a v1 host gets a new process into its group without
+// moving the process: writing a pid to cgroup.procs takes the kernel's
+// global threadgroup lock, whose writer waits out an RCU grace period
+// (5–12 ms on this project's test machine, on every sandbox start),
+// while a thread that moves itself (writing "0" to tasks) skips that
+// lock (about 0.3 ms). On cgroup v2, clone into FD instead.
+func (g *Group) EnterThread() (leave func() error, err error) {
+	if g.root.version == V2 {
+		return nil, fmt.Errorf("cgroup %q: EnterThread is for cgroup v1 hosts; on v2 start the process in FD: %w", g.name, sandbox.ErrInvalid)
+	}
+	mount, err := v1Mount()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("reading this thread's cgroups: %w", err)
+	}
+	own := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		// hierarchy-ID:controller-list:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	var back []string
+	leave = func() error {
+		var errs []error
+		for i := len(back) - 1; i >= 0; i-- {
+			if err := writeTasks(back[i]); err != nil {
+				errs = append(errs, fmt.Errorf("moving the thread back to %s: %w", filepath.Dir(back[i]), err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, c := range v1Controllers {
+		p, in := own[c]
+		if _, ok := g.root.dirs[c]; !ok || !in {
+			continue
+		}
+		if err := writeTasks(filepath.Join(g.Path(c), "tasks")); err != nil {
+			err = fmt.Errorf("moving the thread into cgroup %q (%s): %w", g.name, c, err)
+			if lerr := leave(); lerr != nil {
+				err = errors.Join(err, lerr)
+			}
+			return nil, err
+		}
+		back = append(back, filepath.Join(mount, c, p, "tasks"))
+	}
+	return leave, nil
+}
+
+// writeTasks moves the calling thread into the v1 cgroup whose tasks
+// file is given.
+func writeTasks(file string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte("0"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
