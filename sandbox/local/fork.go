@@ -71,19 +71,12 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		r.destroy(context.WithoutCancel(ctx), nid)
 		return nil, err
 	}
-	if err := r.startLocked(ctx, nid, st); err != nil {
-		r.destroy(context.WithoutCancel(ctx), nid)
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
-	}
-	st, err = updateState(dir, func(s *state) error {
-		s.CreatorPID = 0
-		return nil
-	})
+	c, st, err := r.startLocked(ctx, nid, st)
 	if err != nil {
 		r.destroy(context.WithoutCancel(ctx), nid)
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
-	return r.session(nid, st), nil
+	return r.sessionOn(c, nid, st), nil
 }
 
 // pause freezes a running sandbox's processes while its disk is copied

@@ -278,28 +278,24 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (s
 	// create beside it with only its own flock, as this one now does), so
 	// creates of one process start their sandboxes side by side instead
 	// of one after the other.
-	if err := r.startLocked(ctx, id, st); err != nil {
-		r.destroy(context.WithoutCancel(ctx), id)
-		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
-	}
-	st, err = updateState(dir, func(s *state) error {
-		s.CreatorPID = 0
-		return nil
-	})
+	c, st, err := r.startLocked(ctx, id, st)
 	if err != nil {
 		r.destroy(context.WithoutCancel(ctx), id)
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
-	return r.session(id, st), nil
+	return r.sessionOn(c, id, st), nil
 }
 
-// startLocked starts the supervisor and waits until the daemon answers.
-// The caller holds r.mu, or owns a sandbox no one else knows yet.
-func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
+// startLocked starts the supervisor, waits until the daemon answers and
+// records the sandbox running (and made: CreatorPID cleared). It returns
+// the client that saw the daemon answer, already connected, for the
+// sandbox's session, and the state as recorded. The caller holds r.mu,
+// or owns a sandbox no one else knows yet.
+func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest.Client, *state, error) {
 	dir := r.dir(id)
 	logf, err := os.OpenFile(filepath.Join(dir, "sandbox.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer logf.Close()
 	// The daemon's socket is opened here and handed down (supervisor, then
@@ -310,7 +306,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 	os.Remove(sock)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
-		return fmt.Errorf("opening the daemon's socket: %w", err)
+		return nil, nil, fmt.Errorf("opening the daemon's socket: %w", err)
 	}
 	os.Chmod(sock, 0o600)
 	ul := l.(*net.UnixListener)
@@ -318,7 +314,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 	lf, err := ul.File()
 	ul.Close()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer lf.Close()
 	args := append(append([]string(nil), r.cfg.Command[1:]...), "local-shim", "--dir", dir)
@@ -330,16 +326,17 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the supervisor: %w", err)
+		return nil, nil, fmt.Errorf("starting the supervisor: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 
-	c, err := guest.NewClient("unix://"+sock, guest.ClientOptions{AccessToken: st.Token, DialRetry: time.Millisecond})
+	// The socket listens already, so the dial succeeds at once; the
+	// client goes on to serve the sandbox's session.
+	c, err := guest.NewClient("unix://"+sock, guest.ClientOptions{AccessToken: st.Token})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer c.Close()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -349,27 +346,35 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 			// The daemon may answer before the supervisor has recorded
 			// itself: record it here too, so nobody takes the sandbox for
 			// one whose supervisor died.
-			_, err := updateState(dir, func(s *state) error {
+			st, err := updateState(dir, func(s *state) error {
 				if s.ShimPID == 0 {
 					s.ShimPID = cmd.Process.Pid
 				}
 				s.Info.State = sandbox.StateRunning
+				s.CreatorPID = 0
 				return nil
 			})
-			return err
+			if err != nil {
+				c.Close()
+				return nil, nil, err
+			}
+			return c, st, nil
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
-			return fmt.Errorf("the sandbox stopped while starting: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
+			c.Close()
+			return nil, nil, fmt.Errorf("the sandbox stopped while starting: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
 		default:
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			c.Close()
+			return nil, nil, ctx.Err()
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
-			return fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
+			c.Close()
+			return nil, nil, fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -377,6 +382,11 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) error {
 
 func (r *Runtime) session(id string, st *state) *guest.Session {
 	c, _ := guest.NewClient("unix://"+filepath.Join(r.dir(id), "guest.sock"), guest.ClientOptions{AccessToken: st.Token})
+	return r.sessionOn(c, id, st)
+}
+
+// sessionOn is session over a client already made.
+func (r *Runtime) sessionOn(c *guest.Client, id string, st *state) *guest.Session {
 	return guest.NewSession(c, guest.RuntimeSessionOptions(id, st.Info.Spec.Root, func(ctx context.Context) (sandbox.Info, error) {
 		st, err := r.load(id)
 		if err != nil {
@@ -482,12 +492,11 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 			// A TTL measures the sandbox's life, not one run of it.
 			return nil, fmt.Errorf("sandbox %q reached its TTL at %s; create a new one or fork it: %w", id, st.Deadline.Format(time.RFC3339), sandbox.ErrState)
 		}
-		if err := r.startLocked(ctx, id, st); err != nil {
+		c, st, err := r.startLocked(ctx, id, st)
+		if err != nil {
 			return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
 		}
-		if st, err = r.load(id); err != nil {
-			return nil, err
-		}
+		return r.sessionOn(c, id, st), nil
 	}
 	return r.session(id, st), nil
 }

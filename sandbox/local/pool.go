@@ -124,10 +124,13 @@ func (r *Runtime) refill() {
 		spec := sandbox.Spec{Limits: sandbox.Limits{DiskBytes: r.cfg.PoolDiskBytes}}
 		spec.Normalize() // the defaults; cannot fail
 		for n := r.pooledCount(); n < r.cfg.Pool; n++ {
-			if _, err := r.create(context.Background(), spec, true); err != nil {
+			s, err := r.create(context.Background(), spec, true)
+			if err != nil {
 				r.log.Warn("filling the sandbox pool", "err", err)
 				return
 			}
+			// Its connection would idle until the sandbox is claimed.
+			s.(*guest.Session).Client().Close()
 		}
 	}()
 }
