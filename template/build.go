@@ -52,8 +52,10 @@ type BuildOptions struct {
 const mmdebstrapMergedUsr = "/usr/share/mmdebstrap/hooks/maybe-merged-usr"
 
 var (
-	packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`) // Debian policy 5.6.1
-	suiteRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+	// Compiled on first use: every program that links this package
+	// (a sandbox's supervisor and pid 1 do) would pay for it at start.
+	packageRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`) }) // Debian policy 5.6.1
+	suiteRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`) })
 )
 
 // Build makes a template from Debian packages: the minbase variant of
@@ -166,11 +168,11 @@ func (s *Store) Build(ctx context.Context, name string, opts BuildOptions) (*Tem
 
 func checkBuildOptions(opts BuildOptions) error {
 	for _, p := range opts.Packages {
-		if !packageRE.MatchString(p) {
+		if !packageRE().MatchString(p) {
 			return fmt.Errorf("package name %q: Debian package names are lower-case letters, digits, '+', '-' and '.': %w", p, sandbox.ErrInvalid)
 		}
 	}
-	if !suiteRE.MatchString(opts.Suite) {
+	if !suiteRE().MatchString(opts.Suite) {
 		return fmt.Errorf("suite %q: use a Debian release name such as bookworm: %w", opts.Suite, sandbox.ErrInvalid)
 	}
 	u, err := url.Parse(opts.Mirror)

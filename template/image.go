@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -332,7 +333,7 @@ func (a *archive) dockerImage() (*image, error) {
 		}
 		ref := layerRef{name: l, size: sr.Size()}
 		// In docker save's OCI form, layers are blobs named by digest.
-		if hexd, ok := strings.CutPrefix(path.Clean(l), "blobs/sha256/"); ok && sha256RE.MatchString(hexd) {
+		if hexd, ok := strings.CutPrefix(path.Clean(l), "blobs/sha256/"); ok && sha256RE().MatchString(hexd) {
 			ref.digest = "sha256:" + hexd
 		}
 		img.layers = append(img.layers, ref)
@@ -441,12 +442,12 @@ func (a *archive) applyConfig(img *image, name string) error {
 	return nil
 }
 
-var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var sha256RE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 
 // blobPath is where an OCI layout keeps the blob with this digest.
 func blobPath(digest string) (string, error) {
 	alg, hexd, ok := strings.Cut(digest, ":")
-	if !ok || alg != "sha256" || !sha256RE.MatchString(hexd) {
+	if !ok || alg != "sha256" || !sha256RE().MatchString(hexd) {
 		return "", fmt.Errorf("unsupported or malformed digest %q (want sha256:<64 hex digits>): %w", digest, sandbox.ErrInvalid)
 	}
 	return "blobs/sha256/" + hexd, nil
