@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -130,7 +131,17 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 		}()
 	}
 	wg.Wait()
-	add(fmt.Sprintf("exec/s, %d clients", clients), fmt.Sprintf("%.0f/s", float64(done.Load())/5), fmt.Sprintf("%d failed", failed.Load()), ">= 1000/s")
+	rate := float64(done.Load()) / 5
+	add(fmt.Sprintf("exec/s, %d clients", clients), fmt.Sprintf("%.0f/s", rate), fmt.Sprintf("%d failed", failed.Load()), ">= 1000/s")
+
+	// The floor: this machine's own rate of starting `true`, with no
+	// sandbox, daemon or API in the way. The server cannot beat it.
+	fmt.Fprintf(stderr, "→ host floor: fork/exec of true from %d goroutines for 5s\n", clients)
+	floor, err := hostExecRate(clients, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	add("exec/s floor: host fork/exec of `true`", fmt.Sprintf("%.0f/s", floor), fmt.Sprintf("API at %.0f%% of it", 100*rate/floor), "")
 
 	if load > 0 {
 		fmt.Fprintf(stderr, "→ load: %d clients doing create/exec/delete for %s\n", clients, load)
@@ -229,4 +240,29 @@ func (c *benchClient) exec(ctx context.Context, id, cmd string, args ...string) 
 		}
 	}
 	return "", 0, fmt.Errorf("exec stream ended without an exit event: %v", sc.Err())
+}
+
+// hostExecRate is how many times per second n goroutines together run
+// `true` on the host with os/exec, over d.
+func hostExecRate(n int, d time.Duration) (float64, error) {
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		return 0, err
+	}
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if exec.Command(truePath).Run() == nil {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / d.Seconds(), nil
 }
