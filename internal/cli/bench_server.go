@@ -224,7 +224,7 @@ func (c *benchClient) exec(ctx context.Context, id, cmd string, args ...string) 
 	defer resp.Body.Close()
 	var out strings.Builder
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 0, 4<<10), 1<<20) // grows for long lines only
 	for sc.Scan() {
 		var ev api.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
