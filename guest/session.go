@@ -129,10 +129,13 @@ func (s *Session) startRequest(r sandbox.ExecRequest) (*pb.StartRequest, error) 
 }
 
 func (s *Session) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.ExitStatus, error) {
-	p, err := s.start(ctx, r, ctx)
+	p, stream, err := s.open(ctx, r, ctx)
 	if err != nil {
 		return sandbox.ExitStatus{}, err
 	}
+	// Exec waits for the end anyway: reading the stream here rather than
+	// in a pump goroutine saves a hand-off between goroutines per exec.
+	p.pump(ctx, stream)
 	st, err := p.Wait(ctx)
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up: the command must not outlive it.
@@ -145,18 +148,24 @@ func (s *Session) Exec(ctx context.Context, r sandbox.ExecRequest) (sandbox.Exit
 }
 
 func (s *Session) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Process, error) {
-	return s.start(ctx, r, context.Background())
+	p, stream, err := s.open(ctx, r, context.Background())
+	if err != nil {
+		return nil, err
+	}
+	p.goPump(stream)
+	return p, nil
 }
 
-// start opens the Start stream under streamCtx (the process's lifetime as
-// seen by this handle) and waits, under ctx, for the start event.
-func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx context.Context) (*process, error) {
+// open opens the Start stream under streamCtx (the process's lifetime as
+// seen by this handle) and reads, under ctx, the start event. The caller
+// delivers the rest of the stream (pump or goPump).
+func (s *Session) open(ctx context.Context, r sandbox.ExecRequest, streamCtx context.Context) (*process, *procEventStream, error) {
 	if err := s.check(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pr, err := s.startRequest(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sctx, cancel := context.WithCancel(streamCtx)
 	h := http.Header{ConfineHeader: {s.opts.Root}}
@@ -169,18 +178,18 @@ func (s *Session) start(ctx context.Context, r sandbox.ExecRequest, streamCtx co
 	stream, err := s.c.openStream(sctx, processconnect.ProcessStartProcedure, pr, h)
 	if err != nil {
 		cancel()
-		return nil, wireError(err)
+		return nil, nil, wireError(err)
 	}
 	p := newProcess(s, r.Tag, r.PTY != nil, r.Stdout, r.Stderr, cancel)
 	p.streamID = streamID
-	if err := p.run(ctx, stream); err != nil {
+	if err := p.first(ctx, stream); err != nil {
 		cancel()
-		return nil, err
+		return nil, nil, err
 	}
 	if r.Stdin != nil {
 		go p.feed(r.Stdin)
 	}
-	return p, nil
+	return p, stream, nil
 }
 
 func (s *Session) Attach(ctx context.Context, sel sandbox.ProcessSelector, stdout, stderr io.Writer) (sandbox.Process, error) {
@@ -458,30 +467,25 @@ func newProcess(s *Session, tag string, hasPTY bool, stdout, stderr io.Writer, c
 	return &process{s: s, tag: tag, hasPTY: hasPTY, stdout: stdout, stderr: stderr, cancel: cancel, done: make(chan struct{})}
 }
 
-// run reads the first event (the start, carrying the pid) under ctx, then
-// pumps the rest of the stream in the background.
-func (p *process) run(ctx context.Context, stream *procEventStream) error {
-	first := make(chan error, 1)
-	go func() {
-		if !stream.Receive() {
-			err := stream.Err()
-			if err == nil {
-				err = fmt.Errorf("the sandbox daemon closed the stream before the process started: %w", sandbox.ErrUnavailable)
-			}
-			first <- wireError(err)
-			return
-		}
-		first <- nil
-	}()
-	select {
-	case err := <-first:
-		if err != nil {
-			stream.Close()
-			return err
-		}
-	case <-ctx.Done():
-		p.cancel()
+// first reads the first event (the start, carrying the pid) under ctx:
+// if ctx ends first, the stream is cancelled.
+func (p *process) first(ctx context.Context, stream *procEventStream) error {
+	p.mu.Lock()
+	cancel := p.cancel
+	p.mu.Unlock()
+	stop := context.AfterFunc(ctx, cancel)
+	ok := stream.Receive()
+	if !stop() {
+		stream.Close()
 		return ctx.Err()
+	}
+	if !ok {
+		stream.Close()
+		err := stream.Err()
+		if err == nil {
+			err = fmt.Errorf("the sandbox daemon closed the stream before the process started: %w", sandbox.ErrUnavailable)
+		}
+		return wireError(err)
 	}
 	st := stream.Msg().GetStart()
 	if st == nil {
@@ -491,21 +495,26 @@ func (p *process) run(ctx context.Context, stream *procEventStream) error {
 	p.mu.Lock()
 	p.pid = int(st.Pid)
 	p.mu.Unlock()
+	return nil
+}
+
+// goPump delivers the rest of the stream in the background.
+func (p *process) goPump(stream *procEventStream) {
 	pumped := make(chan struct{})
 	p.mu.Lock()
 	p.pumped = pumped
 	p.mu.Unlock()
 	go func() {
 		defer close(pumped)
-		p.pump(stream)
+		p.pump(context.Background(), stream)
 	}()
-	return nil
 }
 
 // pump delivers output until the end event. If the stream breaks while
-// the handle is attached, it reconnects by pid and goes on from the output
-// not yet delivered.
-func (p *process) pump(stream *procEventStream) {
+// the handle is attached and ctx has not ended (the stream's own context
+// ends with ctx), it reconnects by pid and goes on from the output not yet
+// delivered.
+func (p *process) pump(ctx context.Context, stream *procEventStream) {
 	for stream.Receive() {
 		if p.handle(stream.Msg()) {
 			// The end-of-stream envelope follows the end event at once;
@@ -520,7 +529,7 @@ func (p *process) pump(stream *procEventStream) {
 	p.mu.Lock()
 	detached := p.detached
 	p.mu.Unlock()
-	if detached {
+	if detached || ctx.Err() != nil {
 		return
 	}
 	err := stream.Err()
@@ -574,10 +583,11 @@ func (p *process) connect(ctx context.Context) error {
 	p.streamID = streamID
 	p.detached = false
 	p.mu.Unlock()
-	if err := p.run(ctx, stream); err != nil {
+	if err := p.first(ctx, stream); err != nil {
 		cancel()
 		return err
 	}
+	p.goPump(stream)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -68,8 +69,15 @@ func (c *Client) openStream(ctx context.Context, procedure string, msg proto.Mes
 		defer resp.Body.Close()
 		return nil, fmt.Errorf("%s: %w", procedure, httpError(resp))
 	}
-	return &procEventStream{body: resp.Body, br: bufio.NewReaderSize(resp.Body, 64<<10)}, nil
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	return &procEventStream{body: resp.Body, br: br}, nil
 }
+
+// readerPool holds the streams' read buffers: one per exec would be most
+// of what an exec allocates, and the garbage collector's work competes
+// for the CPU with the commands.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 // Receive reads the next event; false at the end of the stream or on an
 // error (see Err).
@@ -135,10 +143,20 @@ func (s *procEventStream) Err() error {
 // are read first: a body closed before its EOF costs the connection, and
 // the next exec would dial the daemon again.
 func (s *procEventStream) Close() error {
+	if s.br == nil {
+		return nil
+	}
 	if s.err == io.EOF {
 		io.Copy(io.Discard, io.LimitReader(s.br, 4<<10))
 	}
-	return s.body.Close()
+	err := s.body.Close()
+	s.br.Reset(nil)
+	readerPool.Put(s.br)
+	s.br = nil
+	if s.err == nil {
+		s.err = errors.New("the stream is closed")
+	}
+	return err
 }
 
 // endStreamError decodes Connect's end-of-stream JSON.
