@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
@@ -68,6 +69,11 @@ type processManager struct {
 	finished []*proc
 	streams  map[string]*attachedStream // by StreamHeader id
 
+	// devNull is the stdin of processes started without one, opened once
+	// (reads see end of file whatever other readers did); nil if it could
+	// not be opened, and exec opens its own.
+	devNull *os.File
+
 	// oomMu guards oomSeen, the last OOM-kill count read per cgroup file.
 	oomMu   sync.Mutex
 	oomSeen map[string]int64
@@ -91,6 +97,9 @@ func newProcessManager(s *Server) *processManager {
 	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
 	if s.cfg.Reap {
 		m.reaper = startReaper()
+	}
+	if f, err := os.Open(os.DevNull); err == nil {
+		m.devNull = f
 	}
 	m.oomSeen = map[string]int64{}
 	if f, n := oomKills(); n >= 0 {
@@ -164,7 +173,8 @@ func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.Star
 		p.log.detach(c)
 		return err
 	}
-	ctx = m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) })
 }
 
@@ -178,26 +188,32 @@ func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.Co
 		p.log.detach(c)
 		return err
 	}
-	ctx = m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
 }
 
-// register records a named stream so detachStream can end it; the
-// returned context ends with the stream.
-func (m *processManager) register(ctx context.Context, id string, p *proc, c *cursor) context.Context {
+// register records a named stream so detachStream can end it: the
+// returned context ends when it does. The caller unregisters the stream
+// when it ends. (Not context.AfterFunc: its goroutine would cost a
+// wakeup per exec.)
+func (m *processManager) register(ctx context.Context, id string, p *proc, c *cursor) (context.Context, func()) {
 	if id == "" || len(id) > 128 {
-		return ctx
+		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	st := &attachedStream{log: p.log, cursor: c, cancel: cancel}
 	m.mu.Lock()
-	m.streams[id] = &attachedStream{log: p.log, cursor: c, cancel: cancel}
+	m.streams[id] = st
 	m.mu.Unlock()
-	context.AfterFunc(ctx, func() {
+	return ctx, func() {
 		m.mu.Lock()
-		delete(m.streams, id)
+		if m.streams[id] == st {
+			delete(m.streams, id)
+		}
 		m.mu.Unlock()
-	})
-	return ctx
+		cancel()
+	}
 }
 
 // detachStream serves POST /cove/detach?stream=ID: the stream stops
@@ -256,6 +272,8 @@ func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send fu
 			p.mu.Lock()
 			end := p.end
 			p.mu.Unlock()
+			// The end of the stream follows at once: one write for both.
+			holdFlushes(ctx)
 			return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
 		}
 		select {
@@ -374,9 +392,11 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 			cmd.Stdin = r
 			toClose = append(toClose, r)
 			p.stdin = w
+		} else if m.devNull != nil {
+			cmd.Stdin = m.devNull
 		}
 		for _, kind := range []byte{kindStdout, kindStderr} {
-			r, w, err := os.Pipe()
+			r, w, err := outputPipe()
 			if err != nil {
 				return fail(err)
 			}
@@ -399,12 +419,12 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		}
 		return cmd.Process.Pid, nil
 	}
-	var exitc <-chan exitInfo
+	var wait func() exitInfo
 	var pid int
 	if m.reaper != nil {
-		exitc, pid, err = m.reaper.start(startFn)
+		wait, pid, err = m.reaper.start(startFn)
 	} else {
-		exitc, pid, err = waitDirect(startFn)
+		wait, pid, err = waitDirect(startFn)
 	}
 	if err != nil {
 		return fail(startError(cfg.Cmd, err))
@@ -421,27 +441,44 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 	}
 	m.mu.Unlock()
 
+	pump := func(f *os.File, kind byte) {
+		defer f.Close()
+		buf := make([]byte, readChunk)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				p.log.append(context.Background(), kind, append([]byte(nil), buf[:n]...))
+			}
+			if err != nil {
+				// EIO on a PTY master means the terminal side closed.
+				return
+			}
+		}
+	}
+	// Without a PTY, the goroutine that waits for the process reads its
+	// stdout itself (the end waits for all output anyway): a goroutine and
+	// a hand-off fewer per process. A PTY is read until shortly after the
+	// process ends, as descendants may hold it open for good.
+	inline := -1
+	if p.pty == nil {
+		inline = 0
+	}
 	var pumps sync.WaitGroup
-	for _, r := range readers {
+	for i, r := range readers {
+		if i == inline {
+			continue
+		}
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
-			defer r.f.Close()
-			buf := make([]byte, readChunk)
-			for {
-				n, err := r.f.Read(buf)
-				if n > 0 {
-					p.log.append(context.Background(), r.kind, append([]byte(nil), buf[:n]...))
-				}
-				if err != nil {
-					// EIO on a PTY master means the terminal side closed.
-					return
-				}
-			}
+			pump(r.f, r.kind)
 		}()
 	}
 	go func() {
-		info := <-exitc
+		if inline >= 0 {
+			pump(readers[inline].f, readers[inline].kind)
+		}
+		info := wait()
 		cmd.Process.Release()
 		if p.pty != nil {
 			// Descendants may hold the terminal open; the shell is gone,
@@ -476,6 +513,23 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		p.log.close()
 	}()
 	return p, nil
+}
+
+// outputPipe makes a pipe for a child's output. Only the parent's read end
+// is non-blocking and in the poller: os.Pipe would set up both ends so,
+// and the child's end would be set back to blocking for the exec (about
+// ten system calls per process more).
+func outputPipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(p[0]), syscall.F_SETFL, syscall.O_NONBLOCK); err != nil {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // pruneLocked forgets ended processes past their keep time or count.

@@ -71,7 +71,7 @@ func (r *reaper) loop() {
 // start runs startFn (which forks the child) while holding the reaper's
 // lock, so that the child's exit status, however early, is matched to it
 // and not mistaken for an orphan's.
-func (r *reaper) start(startFn func() (int, error)) (<-chan exitInfo, int, error) {
+func (r *reaper) start(startFn func() (int, error)) (func() exitInfo, int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pid, err := startFn()
@@ -91,27 +91,26 @@ func (r *reaper) start(startFn func() (int, error)) (<-chan exitInfo, int, error
 	case r.kick <- struct{}{}:
 	default:
 	}
-	return ch, pid, nil
+	return func() exitInfo { return <-ch }, pid, nil
 }
 
-// waitDirect waits for one child with wait4, for daemons that do not reap
-// every child (tests running the server inside the test binary).
-func waitDirect(startFn func() (int, error)) (<-chan exitInfo, int, error) {
+// waitDirect starts a child and returns a function that waits for it with
+// wait4, for daemons that do not reap every child (tests running the
+// server inside the test binary). The caller's goroutine waits itself:
+// one goroutine and hand-off fewer per process.
+func waitDirect(startFn func() (int, error)) (func() exitInfo, int, error) {
 	pid, err := startFn()
 	if err != nil {
 		return nil, 0, err
 	}
-	ch := make(chan exitInfo, 1)
-	go func() {
+	return func() exitInfo {
 		var ws syscall.WaitStatus
 		for {
 			_, err := syscall.Wait4(pid, &ws, 0, nil)
 			if err == syscall.EINTR {
 				continue
 			}
-			ch <- exitInfo{status: ws, err: err}
-			return
+			return exitInfo{status: ws, err: err}
 		}
-	}()
-	return ch, pid, nil
+	}, pid, nil
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -121,7 +122,8 @@ func NewServer(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.authInterceptor()))
-	mux.Handle(processconnect.NewProcessHandler(s.procs, opts))
+	procPath, procHandler := processconnect.NewProcessHandler(s.procs, opts)
+	mux.Handle(procPath, withLastFlush(procHandler))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(s.fs, opts))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -270,4 +272,45 @@ func writeJSONError(w http.ResponseWriter, status int, msg string) {
 		Message string `json:"message"`
 		Code    int    `json:"code"`
 	}{msg, status})
+}
+
+// lastFlushWriter lets a process stream hold back the flushes that follow
+// its last event. Connect flushes after every message and again after the
+// end of the stream; held, the end event, the end of the stream and the
+// end of the HTTP response leave in one write when the handler returns
+// (and reach the client in one read) instead of three.
+type lastFlushWriter struct {
+	http.ResponseWriter
+	held atomic.Bool
+}
+
+type lastFlushKey struct{}
+
+func (w *lastFlushWriter) Flush() {
+	if w.held.Load() {
+		return
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *lastFlushWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// withLastFlush gives h's handlers a lastFlushWriter through their context
+// (see holdFlushes).
+func withLastFlush(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lw := &lastFlushWriter{ResponseWriter: w}
+		h.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), lastFlushKey{}, lw)))
+	})
+}
+
+// holdFlushes stops flushing the response of ctx's request: what is
+// written from now on leaves when the handler returns. Only for a
+// handler's last message.
+func holdFlushes(ctx context.Context) {
+	if w, ok := ctx.Value(lastFlushKey{}).(*lastFlushWriter); ok {
+		w.held.Store(true)
+	}
 }
