@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,13 +51,4 @@ func TemplatesInUse(dir string) (map[string]bool, error) {
 		}
 	}
 	return out, nil
-}
-
-// writeInit saves the pid-1 config next to the state.
-func writeInit(dir string, cfg *initConfig) error {
-	data, err := json.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "init.json"), data, 0o600)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 )
 
 // fakeInternet is a network namespace standing in for the internet
@@ -203,13 +204,13 @@ func sandboxRules(t *testing.T, id string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := c.GetRules(coveTable, sandboxChain)
+	rules, err := c.GetRules(host.Table, host.SandboxChain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, r := range rules {
-		if string(r.UserData) == tagPrefix+id {
+		if string(r.UserData) == host.Tag(id) {
 			n++
 		}
 	}

@@ -1,8 +1,14 @@
-package local
+// Package pid1 is a local sandbox's first process (`cove local-init`,
+// started by its supervisor): it builds the sandbox's root filesystem,
+// network and hardening, then serves as the in-sandbox daemon. cove's
+// embedded cmd/cove-sandbox runs it; a program that re-runs itself for the
+// roles reaches it through local.Main. It links the daemon but nothing of
+// the host side (cgroups, nftables, templates), which would slow every
+// sandbox's start.
+package pid1
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,60 +21,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
+	"github.com/cove-sandbox/cove/sandbox/local/harden"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
-// initConfig is what the supervisor hands the sandbox's first process,
-// written to init.json in the sandbox's directory.
-type initConfig struct {
-	Dir       string            `json:"dir"`       // the sandbox's state directory (host path)
-	Lower     string            `json:"lower"`     // template root filesystem (read-only lower layer)
-	Binds     []string          `json:"binds"`     // host directories bound read-only at the same path
-	Upper     string            `json:"upper"`     // the sandbox's own disk
-	Work      string            `json:"work"`      // overlayfs work dir, on the same filesystem as Upper
-	Workspace string            `json:"workspace"` // sandbox path of the workspace
-	UID       int               `json:"uid"`
-	GID       int               `json:"gid"`
-	User      string            `json:"user"`
-	Hostname  string            `json:"hostname"`
-	Env       map[string]string `json:"env"`
-	TmpSize   string            `json:"tmp_size"`
-	Harden    bool              `json:"harden"`
-	// OOMFile is the host path of the sandbox cgroup's OOM counter
-	// (memory.events or memory.oom_control), opened before pivot_root.
-	OOMFile string `json:"oom_file,omitempty"`
-	// Net is the sandbox's network beyond loopback (nil: none).
-	Net *netConfig `json:"net,omitempty"`
-}
-
-// listenFD is the descriptor of the daemon's listening socket, passed by
-// the supervisor (ExtraFiles[0]).
-const listenFD = 3
-
-// InitMain is `cove local-init`: the sandbox's pid 1. In fresh mount, pid,
+// Main is `cove local-init`: the sandbox's pid 1. In fresh mount, pid,
 // ipc, uts and network namespaces it builds the root filesystem, pivots
 // into it, brings up loopback, hardens itself and then serves as the
 // sandbox's daemon on the socket the supervisor opened.
-func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
+func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) != 2 || args[0] != "--dir" {
 		return errors.New("usage: cove local-init --dir DIR (started by the supervisor, not by hand)")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	data, err := os.ReadFile(filepath.Join(args[1], "init.json"))
+	cfg, err := sbdir.ReadInit(args[1])
 	if err != nil {
-		return fmt.Errorf("reading the sandbox's init config: %w", err)
-	}
-	var cfg initConfig
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		return fmt.Errorf("reading the sandbox's init config: %w", err)
+		return err
 	}
 	if os.Getpid() != 1 {
 		return fmt.Errorf("local-init must be pid 1 of a new pid namespace (got pid %d)", os.Getpid())
 	}
-	lf := os.NewFile(listenFD, "guest.sock")
+	lf := os.NewFile(sbdir.ListenFD, "guest.sock")
 	l, err := net.FileListener(lf)
 	if err != nil {
 		return fmt.Errorf("taking the daemon's socket from the supervisor: %w", err)
@@ -82,7 +60,7 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 			oomCounter = func() int64 { return readOOMCounter(f) }
 		}
 	}
-	if err := buildRoot(&cfg); err != nil {
+	if err := buildRoot(cfg); err != nil {
 		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
@@ -97,7 +75,7 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
 	if cfg.Harden {
-		if err := hardenSelf(&cfg, log); err != nil {
+		if err := hardenSelf(cfg, log); err != nil {
 			return fmt.Errorf("hardening the sandbox: %w", err)
 		}
 	}
@@ -138,7 +116,7 @@ func InitMain(ctx context.Context, args []string, stderr io.Writer) error {
 // buildRoot mounts the overlay root and its pseudo filesystems, then
 // pivots into it. It runs in the sandbox's own mount namespace: nothing
 // here is visible on the host, and everything goes when pid 1 exits.
-func buildRoot(cfg *initConfig) error {
+func buildRoot(cfg *sbdir.Init) error {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
@@ -201,7 +179,7 @@ func bindReadOnly(src, target string, extra uintptr) error {
 
 // mountPseudo gives the new root a fresh /proc (with the kernel's knobs
 // read-only and its secrets masked), a minimal /dev and a private /tmp.
-func mountPseudo(root string, cfg *initConfig) error {
+func mountPseudo(root string, cfg *sbdir.Init) error {
 	mk := func(p string, mode os.FileMode) error { return os.MkdirAll(filepath.Join(root, p), mode) }
 	for _, d := range []string{"proc", "dev", "tmp", "sys", "run"} {
 		if err := mk(d, 0o755); err != nil {
@@ -328,4 +306,50 @@ func readOOMCounter(f *os.File) int64 {
 		}
 	}
 	return -1
+}
+
+// sandboxNetUp is pid 1's part, in the sandbox's namespace: wait for the
+// interface the supervisor moves in, then name, address and route it.
+func sandboxNetUp(n *sbdir.Net) error {
+	deadline := time.Now().Add(10 * time.Second)
+	var link netlink.Link
+	for {
+		var err error
+		if link, err = netlink.LinkByName(n.PeerIf); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the supervisor did not hand over the network interface %s within 10s", n.PeerIf)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if err := netlink.LinkSetName(link, "eth0"); err != nil {
+		return fmt.Errorf("naming eth0: %w", err)
+	}
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: sbdir.IPNet(n.Addr)}); err != nil {
+		return fmt.Errorf("addressing eth0: %w", err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("bringing up eth0: %w", err)
+	}
+	gw := n.Gateway.Addr().AsSlice()
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(gw)}); err != nil {
+		return fmt.Errorf("routing through the host: %w", err)
+	}
+	return nil
+}
+
+// hardenSelf walls in pid 1 (and so every command it starts): capabilities
+// cut to what the daemon needs, no_new_privs, the seccomp filter and a
+// Landlock ruleset where the kernel has one. It runs after the mounts and
+// before the daemon serves.
+func hardenSelf(cfg *sbdir.Init, log *slog.Logger) error {
+	t0 := time.Now()
+	rep, err := harden.Apply(harden.Options{})
+	if err != nil {
+		return fmt.Errorf("applying seccomp, capabilities and no_new_privs: %w", err)
+	}
+	log.Info("sandbox hardened", "seccomp", rep.Seccomp, "no_new_privs", rep.NoNewPrivs,
+		"landlock_abi", rep.Landlock, "caps_kept", rep.CapsKept, "skipped", rep.Skipped, "took", time.Since(t0))
+	return nil
 }

@@ -1,4 +1,11 @@
-package local
+// Package shim is a local sandbox's supervisor (`cove local-shim`,
+// started detached by the runtime): it takes what the sandbox holds on
+// the host, starts its pid 1 in new namespaces, enforces the TTL and
+// cleans up when pid 1 ends. cove's embedded cmd/cove-shim runs it; a
+// program that re-runs itself for the roles reaches it through
+// local.Main. It links neither the daemon nor templates, which would slow
+// every sandbox's start.
+package shim
 
 import (
 	"context"
@@ -15,18 +22,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/harden"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
-// ShimMain is `cove local-shim`: a sandbox's supervisor. Detached from
+// Main is `cove local-shim`: a sandbox's supervisor. Detached from
 // whoever created the sandbox (its own session), it opens the daemon's
 // socket, starts pid 1 in new namespaces, enforces the TTL, and when pid 1
 // ends (stop, TTL, crash) releases what the sandbox held and records that
 // it stopped. One supervisor runs per running sandbox.
-func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
+func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) < 2 || args[0] != "--dir" {
 		return errors.New("usage: cove local-shim --dir DIR [INIT-COMMAND...] (started by the runtime, not by hand)")
 	}
@@ -47,7 +55,7 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	// milliseconds from now; until then a creator killed meanwhile is
 	// seen here or, later, by the next List, which deletes the sandbox,
 	// and the record below then fails and stops pid 1.
-	st, err := readState(dir)
+	st, err := sbdir.Read(dir)
 	if err != nil {
 		return err
 	}
@@ -65,26 +73,26 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	sock := filepath.Join(dir, "guest.sock")
 	// The daemon's listening socket comes from the runtime as fd 3 and
 	// goes to pid 1 the same way.
-	lf := os.NewFile(listenFD, "guest.sock")
+	lf := os.NewFile(sbdir.ListenFD, "guest.sock")
 	fl, err := net.FileListener(lf)
 	if err != nil {
-		return fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", listenFD, err)
+		return fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", sbdir.ListenFD, err)
 	}
 	fl.Close()
-	grp, release, err := acquire(ctx, dir, st, log)
+	grp, release, err := host.Acquire(ctx, dir, st, log)
 	if err != nil {
 		lf.Close()
 		return err
 	}
-	st.Init.OOMFile = oomFile(grp)
-	if err := writeInit(dir, &st.Init); err != nil {
+	st.Init.OOMFile = host.OOMFile(grp)
+	if err := sbdir.WriteInit(dir, &st.Init); err != nil {
 		release()
 		lf.Close()
 		return err
 	}
 
 	cmd := exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
-	cmd.Env = []string{"PATH=" + defaultPath, guest.TokenEnv + "=" + st.Token}
+	cmd.Env = []string{"PATH=" + sbdir.DefaultPath, sbdir.TokenEnv + "=" + st.Token}
 	if v, ok := os.LookupEnv("GORACE"); ok {
 		cmd.Env = append(cmd.Env, "GORACE="+v)
 	}
@@ -145,14 +153,14 @@ func ShimMain(ctx context.Context, args []string, stderr io.Writer) error {
 	lf.Close()
 	if n := st.Init.Net; n != nil {
 		// pid 1 waits for its end of the pair before its daemon serves.
-		if err := hostNetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {
+		if err := host.NetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
 			release()
 			return fmt.Errorf("setting up the sandbox's network: %w", err)
 		}
 	}
-	if _, err := updateState(dir, func(s *state) error {
+	if _, err := sbdir.Update(dir, func(s *sbdir.State) error {
 		s.ShimPID = os.Getpid()
 		s.InitPID = cmd.Process.Pid
 		s.CgroupRoot = st.CgroupRoot
@@ -201,7 +209,7 @@ loop:
 			reason = "stopped"
 			break loop
 		case <-hup:
-			if now, err := readState(dir); err == nil {
+			if now, err := sbdir.Read(dir); err == nil {
 				setDeadline(now.Deadline)
 			}
 		case <-ttlTimer.C:
@@ -221,11 +229,11 @@ loop:
 	os.Remove(sock)
 	release()
 	if n := st.Init.Net; n != nil {
-		if err := hostNetDown(filepath.Dir(dir), st.Info.ID, n); err != nil {
+		if err := host.NetDown(filepath.Dir(dir), st.Info.ID, n); err != nil {
 			log.Error("removing the sandbox's network rules", "err", err)
 		}
 	}
-	if _, err := updateState(dir, func(s *state) error {
+	if _, err := sbdir.Update(dir, func(s *sbdir.State) error {
 		if s.ShimPID != os.Getpid() && s.ShimPID != 0 {
 			return nil // a newer supervisor owns the sandbox now
 		}
@@ -239,5 +247,3 @@ loop:
 	log.Info("sandbox stopped", "reason", reason)
 	return nil
 }
-
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
