@@ -11,11 +11,13 @@ export PATH := $(GOBIN):/usr/local/go/bin:$(PATH)
 deps:
 	@./scripts/deps.sh
 
-# A static binary starts about 1 ms faster, and sandboxes start it twice
-# (supervisor and pid 1). Those roles run cmd/cove-sandbox, embedded in
-# cove, so a sandbox does not initialise the harness's packages.
+# A static binary starts about 1 ms faster, and every sandbox start runs
+# two: its supervisor (cmd/cove-shim) and its pid 1 (cmd/cove-sandbox),
+# embedded in cove, each linking only what its role needs, so a sandbox
+# initialises neither the harness's packages nor the other role's.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o internal/cli/sandboxbin/cove-sandbox ./cmd/cove-sandbox
+	CGO_ENABLED=0 $(GO) build -trimpath -o internal/cli/sandboxbin/cove-shim ./cmd/cove-shim
 	CGO_ENABLED=0 $(GO) build -tags embedsandbox -o bin/cove ./cmd/cove
 
 run: deps build

@@ -32,11 +32,11 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cmd, err := sandboxbin.Command(filepath.Join(dataDir(""), "bin"))
+	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dataDir(""), "bin"))
 	if err != nil {
 		return err
 	}
-	rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), Command: cmd})
+	rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), Command: shimCmd, InitCommand: initCmd})
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	}
 	add("create→first output (host)", "cove local", ms(coveT.p50), ms(coveT.p99), "1.00x", "p50 < 15ms, p99 < 50ms")
 	// With a warm pool of 2, refilled between runs (untimed).
-	prt, err := local.New(local.Config{Dir: filepath.Join(dir, "pool"), Pool: 2, Command: cmd})
+	prt, err := local.New(local.Config{Dir: filepath.Join(dir, "pool"), Pool: 2, Command: shimCmd, InitCommand: initCmd})
 	if err != nil {
 		return err
 	}

@@ -177,11 +177,12 @@ func localRuntime(stateDir string) (*local.Runtime, error) {
 			return nil, fmt.Errorf("COVE_POOL=%q: want a number of sandboxes to keep ready", v)
 		}
 	}
-	cmd, err := sandboxbin.Command(filepath.Join(dir, "bin"))
+	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
-	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool, Command: cmd})
+	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool,
+		Command: shimCmd, InitCommand: initCmd})
 }
 
 // sandboxRuntime is what `cove sandbox` works on: a Cove server when
@@ -209,14 +210,14 @@ func serverRuntime(stateDir, data string, pool int) (*local.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := sandboxbin.Command(filepath.Join(dir, "bin"))
+	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
 	// The pool holds sandboxes of the default size's disk, which most
 	// creates ask for.
-	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Command: cmd,
-		Pool: pool, PoolDiskBytes: api.Sizes["small"].DiskBytes})
+	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store},
+		Command: shimCmd, InitCommand: initCmd, Pool: pool, PoolDiskBytes: api.Sizes["small"].DiskBytes})
 }
 
 // hostprocRuntime is the unisolated fallback when the local runtime

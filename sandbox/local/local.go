@@ -7,12 +7,12 @@
 package local
 
 import (
-	"net/netip"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,10 +58,16 @@ type Config struct {
 	// Templates resolves Spec.Template; "" means "host". nil means a
 	// template store in Dir/.templates.
 	Templates Templates
-	// Command is the argv prefix that runs this binary's hidden roles
-	// (local-shim, local-init); nil means this executable. Tests point it
-	// at the test binary.
+	// Command is the argv prefix that runs the hidden roles (local-shim,
+	// and local-init unless InitCommand is set; see Main); nil means this
+	// executable. Tests point it at the test binary.
 	Command []string
+	// InitCommand is the argv prefix the supervisor runs as local-init
+	// (the sandbox's pid 1); nil means Command. Both roles start at every
+	// sandbox start, so cove runs each from its own small program
+	// (cmd/cove-shim here, cmd/cove-sandbox there) that links only what
+	// the role needs.
+	InitCommand []string
 	// Logger receives the runtime's logs; nil discards them.
 	Logger *slog.Logger
 	// NoHarden skips seccomp/Landlock/capability hardening (debugging only).
@@ -112,6 +118,9 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 		cfg.Command = []string{exe}
+	}
+	if cfg.InitCommand == nil {
+		cfg.InitCommand = cfg.Command
 	}
 	if cfg.Templates == nil {
 		store, err := template.Open(filepath.Join(cfg.Dir, ".templates"))
@@ -318,7 +327,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 	}
 	defer lf.Close()
 	args := append(append([]string(nil), r.cfg.Command[1:]...), "local-shim", "--dir", dir)
-	args = append(args, r.cfg.Command...) // how the shim re-runs this binary as local-init
+	args = append(args, r.cfg.InitCommand...) // what the supervisor runs as local-init
 	cmd := exec.Command(r.cfg.Command[0], args...)
 	cmd.ExtraFiles = []*os.File{lf}
 	// A clean environment: the caller's secrets stay out of the sandbox.

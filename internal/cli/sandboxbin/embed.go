@@ -8,3 +8,8 @@ import _ "embed"
 //
 //go:embed cove-sandbox
 var Binary []byte
+
+// Shim is cmd/cove-shim, built for this platform.
+//
+//go:embed cove-shim
+var Shim []byte

@@ -10,28 +10,51 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Command returns the argv prefix that runs the sandbox roles: the
-// embedded program, written once under a name derived from its content (so
-// an upgrade never runs a stale copy, and concurrent writers agree), or nil
-// when cove has no embedded copy and runs them itself.
+// Command returns the argv prefix that runs the in-sandbox roles (guest,
+// local-init): the embedded cmd/cove-sandbox, installed in dir (see
+// install), or nil when cove has no embedded copy and runs them itself.
 func Command(dir string) ([]string, error) {
-	if len(Binary) == 0 {
+	return install(dir, "cove-sandbox", Binary)
+}
+
+// LocalCommands returns the local runtime's local.Config Command and
+// InitCommand: the embedded cmd/cove-shim for the supervisor and
+// cmd/cove-sandbox for pid 1, installed in dir, or nil for both when cove
+// has no embedded copies and runs the roles itself.
+func LocalCommands(dir string) (shimCmd, initCmd []string, err error) {
+	if len(Binary) == 0 || len(Shim) == 0 {
+		return nil, nil, nil
+	}
+	if shimCmd, err = install(dir, "cove-shim", Shim); err != nil {
+		return nil, nil, err
+	}
+	if initCmd, err = install(dir, "cove-sandbox", Binary); err != nil {
+		return nil, nil, err
+	}
+	return shimCmd, initCmd, nil
+}
+
+// install writes the program bin once, under a name derived from its
+// content (so an upgrade never runs a stale copy, and concurrent writers
+// agree), and returns the argv prefix that runs it; nil for an empty bin.
+func install(dir, name string, bin []byte) ([]string, error) {
+	if len(bin) == 0 {
 		return nil, nil
 	}
-	sum := sha256.Sum256(Binary)
-	path := filepath.Join(dir, "cove-sandbox-"+hex.EncodeToString(sum[:8]))
-	if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(Binary)) {
+	sum := sha256.Sum256(bin)
+	path := filepath.Join(dir, name+"-"+hex.EncodeToString(sum[:8]))
+	if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(bin)) {
 		return []string{path}, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("installing the sandbox program: %w", err)
+		return nil, fmt.Errorf("installing the sandbox program %s: %w", name, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".cove-sandbox-*")
+	tmp, err := os.CreateTemp(dir, "."+name+"-*")
 	if err != nil {
-		return nil, fmt.Errorf("installing the sandbox program: %w", err)
+		return nil, fmt.Errorf("installing the sandbox program %s: %w", name, err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(Binary); err == nil {
+	if _, err := tmp.Write(bin); err == nil {
 		err = tmp.Chmod(0o755)
 	}
 	if cerr := tmp.Close(); err == nil {
@@ -44,7 +67,7 @@ func Command(dir string) ([]string, error) {
 		dropCache(path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("installing the sandbox program in %s: %w", dir, err)
+		return nil, fmt.Errorf("installing the sandbox program %s in %s: %w", name, dir, err)
 	}
 	return []string{path}, nil
 }

@@ -2,5 +2,5 @@
 
 package sandboxbin
 
-// Binary is empty in a build without -tags embedsandbox.
-var Binary []byte
+// Binary and Shim are empty in a build without -tags embedsandbox.
+var Binary, Shim []byte
