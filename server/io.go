@@ -400,6 +400,7 @@ func (o outputWriter) Write(p []byte) (int, error) {
 			e.size += len(chunk)
 		default:
 			e.writeLocked(api.ExecEvent{Type: o.kind, Data: chunk})
+			e.flushLocked()
 		}
 	}
 	return len(p), nil
@@ -427,6 +428,7 @@ func (e *eventStream) start(pid int, prefix []api.ExecEvent) {
 	}
 	e.held, e.size, e.dropped = nil, 0, 0
 	e.live = true
+	e.flushLocked()
 }
 
 // heldNoteLocked returns held with a note of what did not fit, if any.
@@ -448,6 +450,9 @@ func (e *eventStream) takeHeld() []api.ExecEvent {
 	return h
 }
 
+// exit and fail write the stream's last event and leave it unflushed:
+// the handler returns next, and net/http sends it with the end of the
+// response in one write (one wakeup of the client instead of two).
 func (e *eventStream) exit(st sandbox.ExitStatus) {
 	code := st.Code
 	e.mu.Lock()
@@ -478,11 +483,18 @@ func (e *eventStream) writeLocked(ev api.ExecEvent) {
 	enc.SetEscapeHTML(false)
 	enc.Encode(ev) // ends the line
 	n, err := e.w.Write(e.buf.Bytes())
-	if err == nil {
-		err = e.rc.Flush()
-	}
 	e.count(int64(n))
 	if err != nil {
+		e.werr = err
+	}
+}
+
+// flushLocked sends what was written.
+func (e *eventStream) flushLocked() {
+	if e.closed || e.werr != nil {
+		return
+	}
+	if err := e.rc.Flush(); err != nil {
 		e.werr = err
 	}
 }
