@@ -114,33 +114,17 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 	add("exec `true` round trip (API)", ms(execT.p50), ms(execT.p99), "p50 < 3ms")
 
 	fmt.Fprintf(stderr, "→ exec throughput, %d concurrent clients for 5s\n", clients)
-	var done, failed atomic.Int64
-	deadline := time.Now().Add(5 * time.Second)
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if _, _, err := c.exec(ctx, id, "true"); err != nil {
-					failed.Add(1)
-				} else {
-					done.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	rate := float64(done.Load()) / 5
-	add(fmt.Sprintf("exec/s, %d clients", clients), fmt.Sprintf("%.0f/s", rate), fmt.Sprintf("%d failed", failed.Load()), ">= 1000/s")
+	rate, failed := perSecond(clients, 5*time.Second, func() error { _, _, err := c.exec(ctx, id, "true"); return err })
+	add(fmt.Sprintf("exec/s, %d clients", clients), fmt.Sprintf("%.0f/s", rate), fmt.Sprintf("%d failed", failed), ">= 1000/s")
 
 	// The floor: this machine's own rate of starting `true`, with no
 	// sandbox, daemon or API in the way. The server cannot beat it.
 	fmt.Fprintf(stderr, "→ host floor: fork/exec of true from %d goroutines for 5s\n", clients)
-	floor, err := hostExecRate(clients, 5*time.Second)
+	truePath, err := exec.LookPath("true")
 	if err != nil {
 		return err
 	}
+	floor, _ := perSecond(clients, 5*time.Second, func() error { return exec.Command(truePath).Run() })
 	add("exec/s floor: host fork/exec of `true`", fmt.Sprintf("%.0f/s", floor), fmt.Sprintf("API at %.0f%% of it", 100*rate/floor), "")
 
 	if load > 0 {
@@ -149,6 +133,7 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 		var lat []time.Duration
 		var cycles, errs atomic.Int64
 		var firstErr atomic.Value
+		var wg sync.WaitGroup
 		deadline := time.Now().Add(load)
 		for range clients {
 			wg.Add(1)
@@ -242,14 +227,10 @@ func (c *benchClient) exec(ctx context.Context, id, cmd string, args ...string) 
 	return "", 0, fmt.Errorf("exec stream ended without an exit event: %v", sc.Err())
 }
 
-// hostExecRate is how many times per second n goroutines together run
-// `true` on the host with os/exec, over d.
-func hostExecRate(n int, d time.Duration) (float64, error) {
-	truePath, err := exec.LookPath("true")
-	if err != nil {
-		return 0, err
-	}
-	var done atomic.Int64
+// perSecond runs fn from n goroutines for d and returns how many calls
+// per second succeeded, and how many failed.
+func perSecond(n int, d time.Duration, fn func() error) (rate float64, failed int64) {
+	var done, bad atomic.Int64
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
 	for range n {
@@ -257,12 +238,14 @@ func hostExecRate(n int, d time.Duration) (float64, error) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
-				if exec.Command(truePath).Run() == nil {
+				if fn() != nil {
+					bad.Add(1)
+				} else {
 					done.Add(1)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return float64(done.Load()) / d.Seconds(), nil
+	return float64(done.Load()) / d.Seconds(), bad.Load()
 }
