@@ -242,7 +242,7 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	cpus := fs.Float64("cpus", 0, "CPU quota in cores")
 	mem := fs.String("memory", "", "memory limit (e.g. 512M, 2G)")
 	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
-	pids := fs.Int("pids", 0, "maximum processes")
+	pids := fs.Int("pids", 0, "maximum processes and threads, the daemon's own included (0: no limit; at least 16)")
 	man := fs.String("manifest", "", "workspace manifest (JSON, OpenAI Agents SDK format) to apply")
 	var envs, allow multiFlag
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")

@@ -196,6 +196,10 @@ func (r *Runtime) reap(id string) (*state, error) {
 	})
 }
 
+// MinPids is the lowest pids limit a sandbox may have: its daemon's own
+// threads count against the limit (with 8 commands fail at once).
+const MinPids = 16
+
 // Create makes a sandbox, or hands out a pooled one when the spec allows.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
 	if err := spec.Normalize(); err != nil {
@@ -218,6 +222,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 // create makes a sandbox's directories and starts its supervisor. spec
 // is normalized.
 func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (sandbox.Session, error) {
+	if n := spec.Limits.Pids; n > 0 && n < MinPids {
+		return nil, fmt.Errorf("pids limit %d is too low: the sandbox's daemon needs about a dozen threads of its own, which count against it; ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
+	}
 	root := spec.Root
 	allow, err := checkNetwork(ctx, spec.Network)
 	if err != nil {

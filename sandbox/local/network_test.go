@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -232,5 +233,31 @@ func TestNetworkBadSpecs(t *testing.T) {
 		if !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("network %+v: err = %v, want ErrInvalid", n, err)
 		}
+	}
+}
+
+// TestPidsTooLow: a pids limit the daemon itself would exhaust is refused
+// at create, saying what to ask for, and leaves nothing behind.
+func TestPidsTooLow(t *testing.T) {
+	rt := newRuntime(t)
+	before, _ := os.ReadDir(rt.cfg.Dir)
+	for _, n := range []int{1, 8, MinPids - 1} {
+		_, err := rt.Create(context.Background(), sandbox.Spec{Limits: sandbox.Limits{Pids: n}})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("at least %d", MinPids)) {
+			t.Errorf("pids %d: err = %v, want ErrInvalid saying to ask for at least %d", n, err, MinPids)
+		}
+	}
+	after, _ := os.ReadDir(rt.cfg.Dir)
+	if len(after) != len(before) {
+		t.Errorf("refused creates left %d entries in the state dir (had %d)", len(after), len(before))
+	}
+	s, err := rt.Create(context.Background(), sandbox.Spec{Limits: sandbox.Limits{Pids: MinPids}})
+	if err != nil {
+		t.Fatalf("pids %d: %v", MinPids, err)
+	}
+	defer rt.Delete(context.Background(), s.ID())
+	var out strings.Builder
+	if st, err := s.Exec(context.Background(), sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo ok"}, Stdout: &out}); err != nil || st.Code != 0 || out.String() != "ok\n" {
+		t.Errorf("a command under the lowest pids limit: %q %+v %v", out.String(), st, err)
 	}
 }
