@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
 var _ sandbox.Deadliner = (*Runtime)(nil)
@@ -19,7 +20,7 @@ func (r *Runtime) SetDeadline(ctx context.Context, id string, t time.Time) error
 	if _, err := r.load(id); err != nil {
 		return err
 	}
-	st, err := updateState(r.dir(id), func(s *state) error {
+	st, err := sbdir.Update(r.dir(id), func(s *state) error {
 		s.Deadline = t
 		return nil
 	})

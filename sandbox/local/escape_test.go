@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
 // probe is the test binary's role inside a sandbox: it tries one thing
@@ -329,11 +331,11 @@ func TestResourceLimits(t *testing.T) {
 // sandboxTasks counts the tasks in a sandbox's cgroup.
 func sandboxTasks(t *testing.T, rt *Runtime, id string) int {
 	t.Helper()
-	st, err := readState(rt.dir(id))
+	st, err := sbdir.Read(rt.dir(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := cgroupRoot(st)
+	root, err := host.CgroupRoot(st)
 	if err != nil {
 		t.Skipf("no cgroups: %v", err)
 	}

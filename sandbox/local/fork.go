@@ -10,6 +10,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 )
 
 var _ sandbox.Forker = (*Runtime)(nil)
@@ -85,7 +86,7 @@ func (r *Runtime) pause(id string, st *state) (func(), error) {
 	if st.Info.State != sandbox.StateRunning {
 		return func() {}, nil
 	}
-	root, err := cgroupRoot(st)
+	root, err := host.CgroupRoot(st)
 	if err != nil {
 		return func() {}, nil
 	}

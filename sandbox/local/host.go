@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -46,7 +47,7 @@ func TemplatesInUse(dir string) (map[string]bool, error) {
 		if !e.IsDir() || !validID(e.Name()) {
 			continue
 		}
-		if st, err := readState(filepath.Join(dir, e.Name())); err == nil && st.Template != "" {
+		if st, err := sbdir.Read(filepath.Join(dir, e.Name())); err == nil && st.Template != "" {
 			out[st.Template] = true
 		}
 	}

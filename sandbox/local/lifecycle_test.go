@@ -12,6 +12,7 @@ import (
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
 // TestSupervisorKilled: SIGKILL of a sandbox's supervisor takes its
@@ -30,7 +31,7 @@ func TestSupervisorKilled(t *testing.T) {
 	var st *state
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, _ = readState(rt.dir(s.ID()))
+		st, _ = sbdir.Read(rt.dir(s.ID()))
 		if st.InitPID != 0 || time.Now().After(deadline) {
 			break
 		}
@@ -49,7 +50,7 @@ func TestSupervisorKilled(t *testing.T) {
 	}
 	for _, in := range infos {
 		if in.ID == s.ID() && in.State != sandbox.StateStopped {
-			now, _ := readState(rt.dir(s.ID()))
+			now, _ := sbdir.Read(rt.dir(s.ID()))
 			t.Errorf("List after the supervisor died: state %q, want stopped (state file: shim %d init %d; killed shim %d)", in.State, now.ShimPID, now.InitPID, st.ShimPID)
 		}
 	}
@@ -69,7 +70,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := rt.dir(s.ID())
-	st, _ := readState(dir)
+	st, _ := sbdir.Read(dir)
 	s.Start(ctx, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"300"}})
 	if err := rt.Delete(ctx, s.ID()); err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestTTLStopsIdleSandbox(t *testing.T) {
 	s.WriteFile(ctx, "kept.txt", strings.NewReader("kept"), 0o644)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		st, err := readState(rt.dir(s.ID()))
+		st, err := sbdir.Read(rt.dir(s.ID()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestTTLStopsIdleSandbox(t *testing.T) {
 	if _, err := rt.Resume(ctx, s.ID()); err == nil || !strings.Contains(err.Error(), "TTL") {
 		t.Errorf("resume after the TTL: %v, want a refusal naming the TTL", err)
 	}
-	st, _ := readState(rt.dir(s.ID()))
+	st, _ := sbdir.Read(rt.dir(s.ID()))
 	data, err := os.ReadFile(st.Init.Upper + "/workspace/kept.txt")
 	if err != nil || string(data) != "kept" {
 		t.Errorf("disk after the TTL: %q %v", data, err)
@@ -147,7 +148,7 @@ func TestSetDeadline(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		st, err := readState(rt.dir(s.ID()))
+		st, err := sbdir.Read(rt.dir(s.ID()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +175,7 @@ func TestSetDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Close()
-	st, _ := readState(rt.dir(s.ID()))
+	st, _ := sbdir.Read(rt.dir(s.ID()))
 	if until := time.Until(st.Deadline); until < 50*time.Minute {
 		t.Errorf("deadline after resume is %v away, want a fresh hour", until)
 	}
@@ -197,7 +198,7 @@ func TestCreatorKilledMidCreate(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := updateState(rt.dir(s.ID()), func(st *state) error {
+	st, err := sbdir.Update(rt.dir(s.ID()), func(st *state) error {
 		st.CreatorPID = dead.Process.Pid
 		return nil
 	})

@@ -25,6 +25,8 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -145,7 +147,7 @@ func (r *Runtime) load(id string) (*state, error) {
 	if !validID(id) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, sandbox.ErrNotFound)
 	}
-	st, err := cachedState(r.dir(id))
+	st, err := sbdir.Cached(r.dir(id))
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +178,7 @@ func (r *Runtime) gcHalfMade(id string, st *state) {
 // reap cleans up after a supervisor that died: kills a leftover pid 1
 // and marks the sandbox stopped.
 func (r *Runtime) reap(id string) (*state, error) {
-	return updateState(r.dir(id), func(s *state) error {
+	return sbdir.Update(r.dir(id), func(s *state) error {
 		if s.Info.State != sandbox.StateRunning || sbutil.Alive(s.ShimPID) {
 			return nil
 		}
@@ -184,7 +186,7 @@ func (r *Runtime) reap(id string) (*state, error) {
 			syscall.Kill(s.InitPID, syscall.SIGKILL)
 		}
 		os.Remove(filepath.Join(r.dir(id), "guest.sock"))
-		releaseCgroup(context.Background(), s)
+		host.ReleaseCgroup(context.Background(), s)
 		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
 			d.Unmount()
 		}
@@ -213,15 +215,16 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 		}
 	}
 	s, err := r.create(ctx, spec, false)
-	if err == nil {
-		r.refill()
+	if err != nil {
+		return nil, err
 	}
-	return s, err
+	r.refill()
+	return s, nil
 }
 
 // create makes a sandbox's directories and starts its supervisor. spec
 // is normalized.
-func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (sandbox.Session, error) {
+func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*guest.Session, error) {
 	if n := spec.Limits.Pids; n > 0 && n < MinPids {
 		return nil, fmt.Errorf("pids limit %d is too low: the sandbox's daemon needs about a dozen threads of its own, which count against it; ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
 	}
@@ -338,7 +341,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 	cmd := exec.Command(r.cfg.Command[0], args...)
 	cmd.ExtraFiles = []*os.File{lf}
 	// A clean environment: the caller's secrets stay out of the sandbox.
-	cmd.Env = append([]string{"PATH=" + defaultPath}, r.cfg.Env...)
+	cmd.Env = append([]string{"PATH=" + sbdir.DefaultPath}, r.cfg.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -362,7 +365,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 			// The daemon may answer before the supervisor has recorded
 			// itself: record it here too, so nobody takes the sandbox for
 			// one whose supervisor died.
-			st, err := updateState(dir, func(s *state) error {
+			st, err := sbdir.Update(dir, func(s *state) error {
 				if s.ShimPID == 0 {
 					s.ShimPID = cmd.Process.Pid
 				}
@@ -441,7 +444,7 @@ func (r *Runtime) newDir(id string, spec sandbox.Spec, pooled bool) error {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
-	if err := writeState(tmp, &state{Info: sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, CreatorPID: os.Getpid(), Pooled: pooled}); err != nil {
+	if err := sbdir.Write(tmp, &state{Info: sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()}, CreatorPID: os.Getpid(), Pooled: pooled}); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
@@ -532,9 +535,9 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 func (r *Runtime) writeWithNetwork(id string, st *state, mode string, allow []allowRule) error {
 	st.Init.Net = nil
 	if mode == "" || mode == NetworkNone {
-		return writeState(r.dir(id), st)
+		return sbdir.Write(r.dir(id), st)
 	}
-	unlock, err := lockNetwork(r.cfg.Dir)
+	unlock, err := sbdir.LockNetwork(r.cfg.Dir)
 	if err != nil {
 		return err
 	}
@@ -542,18 +545,18 @@ func (r *Runtime) writeWithNetwork(id string, st *state, mode string, allow []al
 	if st.Init.Net, err = r.allocNetwork(id, mode, allow); err != nil {
 		return err
 	}
-	return writeState(r.dir(id), st)
+	return sbdir.Write(r.dir(id), st)
 }
 
 // destroy frees a stopped sandbox's cgroup, network, disk and state.
 func (r *Runtime) destroy(ctx context.Context, id string) error {
 	dir := r.dir(id)
-	if st, err := readState(dir); err == nil {
-		releaseCgroup(ctx, st)
+	if st, err := sbdir.Read(dir); err == nil {
+		host.ReleaseCgroup(ctx, st)
 		if st.Init.Net != nil {
 			// Its supervisor removes these when it stops; one killed
 			// first leaves them.
-			if err := hostNetDown(r.cfg.Dir, id, st.Init.Net); err != nil {
+			if err := host.NetDown(r.cfg.Dir, id, st.Init.Net); err != nil {
 				r.log.Warn("removing a sandbox's network rules", "sandbox", id, "err", err)
 			}
 		}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
 )
@@ -129,7 +128,7 @@ func checkNetwork(ctx context.Context, n sandbox.Network) ([]allowRule, error) {
 }
 
 // allocNetwork allocates a networked sandbox's /30 and interface names.
-// The caller holds the network lock (lockNetwork) until the state naming
+// The caller holds the network lock (sbdir.LockNetwork) until the state naming
 // the allocation is written.
 func (r *Runtime) allocNetwork(id, mode string, allow []allowRule) (*netConfig, error) {
 	rng := r.cfg.NetworkRange
@@ -139,7 +138,7 @@ func (r *Runtime) allocNetwork(id, mode string, allow []allowRule) (*netConfig, 
 	used := map[int]bool{}
 	entries, _ := os.ReadDir(r.cfg.Dir)
 	for _, e := range entries {
-		if st, err := readState(filepath.Join(r.cfg.Dir, e.Name())); err == nil && st.Init.Net != nil {
+		if st, err := sbdir.Read(filepath.Join(r.cfg.Dir, e.Name())); err == nil && st.Init.Net != nil {
 			used[st.Init.Net.Index] = true
 		}
 	}
@@ -170,11 +169,3 @@ func (r *Runtime) allocNetwork(id, mode string, allow []allowRule) (*netConfig, 
 		Allow: allow, DNS: template.Nameservers(),
 	}, nil
 }
-
-// lockNetwork serialises network allocations and ruleset changes of all
-// processes using this runtime directory.
-func lockNetwork(runtimeDir string) (unlock func(), err error) { return sbdir.LockNetwork(runtimeDir) }
-
-// hostNetDown removes a sandbox's network pair and firewall rules; it is
-// safe to call when some or all of them are gone.
-func hostNetDown(runtimeDir, id string, n *netConfig) error { return host.NetDown(runtimeDir, id, n) }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
 // fakeInternet is a network namespace standing in for the internet
@@ -136,7 +137,7 @@ func TestNetworkModes(t *testing.T) {
 	if out, code := fetch(t, inet, "203.0.113.10:8080"); code != 0 || !strings.Contains(out, "hello from 203.0.113.10:8080") {
 		t.Errorf("mode internet: public address: %d %q", code, out)
 	}
-	st, _ := readState(rt.dir(inet.ID()))
+	st, _ := sbdir.Read(rt.dir(inet.ID()))
 	gw := st.Init.Net.Gateway.Addr().String()
 	for _, target := range []string{"10.99.0.10:8080", "203.0.113.1:" + hostPort, gw + ":" + hostPort, "169.254.169.254:80"} {
 		if out, code := fetch(t, inet, target); code == 0 || strings.Contains(out, "hello") || strings.Contains(out, "secret") {
@@ -163,7 +164,7 @@ func TestNetworkModes(t *testing.T) {
 
 	// Two sandboxes cannot reach each other.
 	inet2 := create(sandbox.Network{Mode: NetworkInternet})
-	st2, _ := readState(rt.dir(inet2.ID()))
+	st2, _ := sbdir.Read(rt.dir(inet2.ID()))
 	if st2.Init.Net.Index == st.Init.Net.Index {
 		t.Fatalf("two sandboxes share network %d", st.Init.Net.Index)
 	}

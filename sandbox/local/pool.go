@@ -12,6 +12,8 @@ import (
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
 // The warm pool. Starting a sandbox costs two Go start-ups, the mounts
@@ -44,12 +46,12 @@ func (r *Runtime) claim(ctx context.Context, spec sandbox.Spec) (sandbox.Session
 		if !validID(id) {
 			continue
 		}
-		st, err := readState(r.dir(id))
+		st, err := sbdir.Read(r.dir(id))
 		if err != nil || !st.Pooled || st.Info.State != sandbox.StateRunning || !sbutil.Alive(st.ShimPID) {
 			continue
 		}
 		won := false
-		st, err = updateState(r.dir(id), func(s *state) error {
+		st, err = sbdir.Update(r.dir(id), func(s *state) error {
 			if !s.Pooled || s.Info.State != sandbox.StateRunning {
 				return nil // another process took it first
 			}
@@ -77,8 +79,8 @@ func (r *Runtime) claim(ctx context.Context, spec sandbox.Spec) (sandbox.Session
 
 // adopt applies a claimed sandbox's spec to what is already running.
 func (r *Runtime) adopt(ctx context.Context, id string, st *state) error {
-	if limited(st.Info.Spec.Limits) {
-		root, err := cgroupRoot(st)
+	if host.Limited(st.Info.Spec.Limits) {
+		root, err := host.CgroupRoot(st)
 		if err != nil {
 			return err
 		}
@@ -130,7 +132,7 @@ func (r *Runtime) refill() {
 				return
 			}
 			// Its connection would idle until the sandbox is claimed.
-			s.(*guest.Session).Client().Close()
+			s.Client().Close()
 		}
 	}()
 }
@@ -169,7 +171,7 @@ func (r *Runtime) DrainPool(ctx context.Context) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if st, err := readState(r.dir(e.Name())); err == nil && st.Pooled {
+		if st, err := sbdir.Read(r.dir(e.Name())); err == nil && st.Pooled {
 			if err := r.Delete(ctx, e.Name()); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 				errs = append(errs, err)
 			}

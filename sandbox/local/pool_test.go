@@ -11,6 +11,8 @@ import (
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
 // TestPool: with a warm pool, Create hands out a sandbox started ahead,
@@ -43,8 +45,8 @@ func TestPool(t *testing.T) {
 	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "printenv", Args: []string{"FROM_SPEC"}, Stdout: &out}); err != nil || out.String() != "yes\n" {
 		t.Errorf("env from the spec in a pooled sandbox: %q %v", out.String(), err)
 	}
-	st, _ := readState(rt.dir(s.ID()))
-	root, err := cgroupRoot(st)
+	st, _ := sbdir.Read(rt.dir(s.ID()))
+	root, err := host.CgroupRoot(st)
 	if err == nil {
 		g, err := root.Load(s.ID())
 		if err != nil {
@@ -83,7 +85,7 @@ func pooledIDs(t *testing.T, dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var out []string
 	for _, e := range entries {
-		if st, err := readState(filepath.Join(dir, e.Name())); err == nil && st.Pooled {
+		if st, err := sbdir.Read(filepath.Join(dir, e.Name())); err == nil && st.Pooled {
 			out = append(out, e.Name())
 		}
 	}
