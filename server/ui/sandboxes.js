@@ -25,25 +25,23 @@ function stateBadge(state) {
   return h('span', {class: `badge state-${state}`}, state);
 }
 
+// lifecycleButton POSTs op (stop, resume) to the sandbox; done gets the
+// new record.
+function lifecycleButton(sb, op, label, doing, done, attrs) {
+  const b = h('button', {type: 'button', ...attrs}, label);
+  b.addEventListener('click', () => busy(b, `${doing}…`, async () => {
+    try {
+      done(await api('POST', `${path(sb.id)}/${op}`));
+    } catch (e) {
+      showError(e, `${doing} ${sb.id}`);
+    }
+  }));
+  return b;
+}
+
 // sandboxActions are the stop/resume/delete buttons; done runs after a
 // change with the new record (null when deleted).
 function sandboxActions(sb, done) {
-  const stop = h('button', {type: 'button'}, 'Stop');
-  stop.addEventListener('click', () => busy(stop, 'Stopping…', async () => {
-    try {
-      done(await api('POST', `${path(sb.id)}/stop`));
-    } catch (e) {
-      showError(e, `Stopping ${sb.id}`);
-    }
-  }));
-  const resume = h('button', {type: 'button'}, 'Resume');
-  resume.addEventListener('click', () => busy(resume, 'Resuming…', async () => {
-    try {
-      done(await api('POST', `${path(sb.id)}/resume`));
-    } catch (e) {
-      showError(e, `Resuming ${sb.id}`);
-    }
-  }));
   const del = confirmButton('Delete', async () => {
     try {
       await api('DELETE', path(sb.id));
@@ -53,9 +51,11 @@ function sandboxActions(sb, done) {
       showError(e, `Deleting ${sb.id}`);
     }
   }, {class: 'danger', 'aria-label': `Delete ${sb.id}`});
-  stop.setAttribute('aria-label', `Stop ${sb.id}`);
-  resume.setAttribute('aria-label', `Resume ${sb.id}`);
-  return h('span', {class: 'actions'}, sb.state === 'running' ? stop : resume, del);
+  return h('span', {class: 'actions'},
+    sb.state === 'running'
+      ? lifecycleButton(sb, 'stop', 'Stop', 'Stopping', done, {'aria-label': `Stop ${sb.id}`})
+      : lifecycleButton(sb, 'resume', 'Resume', 'Resuming', done, {'aria-label': `Resume ${sb.id}`}),
+    del);
 }
 
 // ---- the list ----
@@ -201,14 +201,7 @@ export async function sandboxView(ctx, id) {
   const renderBody = () => {
     if (sb.state !== 'running') {
       panels = null;
-      const resume = h('button', {type: 'button', class: 'primary'}, 'Resume');
-      resume.addEventListener('click', () => busy(resume, 'Resuming…', async () => {
-        try {
-          show(await api('POST', `${path(sb.id)}/resume`));
-        } catch (e) {
-          showError(e, `Resuming ${sb.id}`);
-        }
-      }));
+      const resume = lifecycleButton(sb, 'resume', 'Resume', 'Resuming', show, {class: 'primary'});
       body.replaceChildren(h('div', {class: 'card problem', id: 'sandbox-stopped'},
         h('p', {}, 'This sandbox is stopped (its disk is kept). Resume it to run commands and browse its files.'), resume));
       return;
