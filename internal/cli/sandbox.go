@@ -253,9 +253,6 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	}
 	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{},
 		Network: sandbox.Network{Mode: *network, Allow: allow}}
-	if *network == "none" {
-		spec.Network.Mode = ""
-	}
 	var err error
 	if spec.Limits.MemoryBytes, err = parseSize(*mem); err != nil {
 		return fmt.Errorf("--memory: %w", err)
