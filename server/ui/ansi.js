@@ -208,4 +208,4 @@ export function ansiText(tag, text, cls) {
   return el;
 }
 
-export {Style};
+export {Style, maxPending, sequenceEnd};

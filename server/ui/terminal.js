@@ -5,7 +5,7 @@
 
 import {getKey} from './api.js';
 import {h, showError} from './dom.js';
-import {Style} from './ansi.js';
+import {Style, maxPending, sequenceEnd} from './ansi.js';
 
 const scrollbackMax = 2000;
 
@@ -103,14 +103,14 @@ class Screen {
     for (let i = 0; i < s.length; i++) {
       const ch = s[i];
       if (ch === '\x1b') {
-        const rest = s.slice(i);
-        let m = /^\x1b\[([0-9;?>=]*)([@-~])/.exec(rest);
-        if (m) { this.csi(m[1], m[2]); i += m[0].length - 1; continue; }
-        m = /^\x1b\][^\x07\x1b]*(\x07|\x1b\\)/.exec(rest);
-        if (m) { i += m[0].length - 1; continue; }
-        // A sequence cut by the end of this chunk waits for the next.
-        if (rest.length < 256 && (/^\x1b(\[[0-9;?>=]*)?$/.test(rest) || /^\x1b\][^\x07]*$/.test(rest))) { this.pending = rest; break; }
-        i += rest[1] === '(' || rest[1] === ')' ? 2 : 1;
+        const end = sequenceEnd(s, i);
+        if (end < 0) {
+          // A sequence cut by the end of this chunk waits for the next.
+          if (s.length - i <= maxPending) { this.pending = s.slice(i); break; }
+          continue; // not a sequence we can read: drop the ESC
+        }
+        if (s[i + 1] === '[') this.csi(s.slice(i + 2, end - 1), s[end - 1]);
+        i = end - 1;
         continue;
       }
       if (ch === '\r') this.c = 0;
