@@ -2,10 +2,14 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +27,10 @@ func TestMain(m *testing.M) {
 			return true, InitMain(context.Background(), args[1:], os.Stderr)
 		case "probe":
 			probe(args[1:])
+			return true, nil
+		case "new-runtime":
+			_, err := New(Config{Dir: args[1]})
+			fmt.Println(err)
 			return true, nil
 		}
 		return false, nil
@@ -151,5 +159,44 @@ func TestIsolationBasics(t *testing.T) {
 				t.Errorf("%s: got %q (exit %+v), want %q", tt.script, got, st, tt.want)
 			}
 		})
+	}
+}
+
+// TestNotRoot: without root the runtime refuses at once with one error
+// that says what is missing and what to do, and makes nothing.
+func TestNotRoot(t *testing.T) {
+	needRoot(t) // to become someone else
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "cove-notroot") // t.TempDir's parent is private
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "local.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	cmd := exec.Command(bin, "new-runtime", state)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("running the runtime as nobody: %v\n%s", err, out)
+	}
+	for _, want := range []string{"needs root", "run cove as root", "rootless"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("New as nobody said %q; want it to mention %q", out, want)
+		}
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("New as nobody made its state dir (%v)", err)
 	}
 }
