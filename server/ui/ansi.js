@@ -158,13 +158,8 @@ export class AnsiWriter {
       this.lastNode.append(text);
       return;
     }
-    let node;
-    if (this.style.isPlain() && !this.extraClass) {
-      node = document.createElement('span');
-    } else {
-      node = this.style.span();
-      if (this.extraClass) node.classList.add(this.extraClass);
-    }
+    const node = this.style.span();
+    if (this.extraClass) node.classList.add(this.extraClass);
     node.append(text);
     this.target.append(node);
     this.lastNode = node;
@@ -198,14 +193,6 @@ function sequenceEnd(s, i) {
   }
   if (t === '(' || t === ')') return i + 2 < s.length ? i + 3 : -1; // charset selection
   return i + 2;
-}
-
-// ansiText renders a whole string into a new element.
-export function ansiText(tag, text, cls) {
-  const el = document.createElement(tag);
-  if (cls) el.className = cls;
-  new AnsiWriter(el).write(text);
-  return el;
 }
 
 export {Style, maxPending, sequenceEnd};
