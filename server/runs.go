@@ -491,12 +491,7 @@ func runUsage(u agent.Usage) api.RunUsage {
 func approvalView(ap agent.Approval) api.RunApproval {
 	v := api.RunApproval{CallID: ap.CallID, Tool: ap.Tool, Arguments: ap.Arguments, Reason: ap.Reason}
 	if ap.Tool == "exec_command" {
-		var args struct {
-			Cmd string `json:"cmd"`
-		}
-		if json.Unmarshal([]byte(ap.Arguments), &args) == nil {
-			v.Command = args.Cmd
-		}
+		v.Command = sandboxtool.Command(ap.Arguments)
 	}
 	return v
 }
