@@ -36,10 +36,7 @@ export function s(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v !== undefined && v !== null) el.setAttribute(k, String(v));
   }
-  for (const c of children.flat(Infinity)) {
-    if (c !== null && c !== undefined && c !== false) el.append(c instanceof Node ? c : String(c));
-  }
-  return el;
+  return add(el, children);
 }
 
 // ---- the error banner ----
