@@ -165,10 +165,7 @@ window.addEventListener('cove:unauthorized', (e) => {
 
 // No failure goes unseen: anything uncaught ends in the banner.
 window.addEventListener('error', (e) => showError(e.error || e.message, 'Unexpected error'));
-window.addEventListener('unhandledrejection', (e) => {
-  if (e.reason && e.reason.name === 'AbortError') return;
-  showError(e.reason, 'Unexpected error');
-});
+window.addEventListener('unhandledrejection', (e) => showError(e.reason, 'Unexpected error'));
 
 window.addEventListener('hashchange', render);
 render();

@@ -90,7 +90,7 @@ export async function chatView(ctx) {
       if (![...workspace.options].some((o) => o.value === want)) workspace.append(h('option', {value: want}, want));
       workspace.value = want;
     }
-  }).catch((e) => e.name !== 'AbortError' && showError(e, 'Listing the workspaces'));
+  }).catch((e) => showError(e, 'Listing the workspaces'));
 
   let next = '';
   const load = async (reset) => {
@@ -110,7 +110,7 @@ export async function chatView(ctx) {
       none.hidden = tbody.children.length > 0;
       table.hidden = tbody.children.length === 0;
     } catch (e) {
-      if (e.name !== 'AbortError') showError(e, 'Listing runs');
+      showError(e, 'Listing runs');
     }
   };
   more.addEventListener('click', () => busy(more, 'Loading…', () => load(false)));
@@ -176,7 +176,7 @@ export async function runView(ctx, id) {
       showMeta();
       setStatus(run.status);
     } catch (e) {
-      if (e.name !== 'AbortError') showError(e, 'Reading the run');
+      showError(e, 'Reading the run');
     }
   };
 
@@ -224,7 +224,7 @@ export async function runView(ctx, id) {
         try {
           body.replaceChildren(await fileViewer(run.sandbox_id, p, signal, ctx.onLeave));
         } catch (e) {
-          if (e.name !== 'AbortError') showError(e, `Opening ${p}`);
+          showError(e, `Opening ${p}`);
         }
       }));
       item.firstChild.append(show);

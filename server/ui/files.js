@@ -221,7 +221,7 @@ export function filesPanel(ctx, sb) {
       }
       empty.hidden = files.length > 0;
     } catch (e) {
-      if (e.name !== 'AbortError') showError(e, `Listing ${dir}`);
+      showError(e, `Listing ${dir}`);
     }
   }
 

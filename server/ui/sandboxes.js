@@ -126,7 +126,7 @@ export async function sandboxesView(ctx) {
         api('GET', `/v1/sandboxes${q({limit: 100, cursor: reset ? '' : cursor})}`, {signal}),
         reset ? api('GET', '/v1/usage', {signal}).catch((e) => {
           // A sign-out (the list's 401) aborts it: no error of its own.
-          if (e.name !== 'AbortError' && !signal.aborted) showError(e, 'Reading usage');
+          if (!signal.aborted) showError(e, 'Reading usage');
           return null;
         }) : null,
       ]);
@@ -138,7 +138,7 @@ export async function sandboxesView(ctx) {
       table.hidden = rows.length === 0;
       more.hidden = !cursor;
     } catch (e) {
-      if (e.name !== 'AbortError') showError(e, 'Listing sandboxes');
+      showError(e, 'Listing sandboxes');
     }
   }
   refresh.addEventListener('click', () => busy(refresh, 'Refreshing…', () => load(true)));

@@ -31,7 +31,7 @@ export async function usageView(ctx) {
       const rep = await api('GET', `/v1/usage${q({from: f.toISOString(), to: t.toISOString(), by: 'day'})}`, {signal});
       out.replaceChildren(report(rep));
     } catch (e) {
-      if (e.name !== 'AbortError') showError(e, 'Reading usage');
+      showError(e, 'Reading usage');
     }
   };
   form.addEventListener('submit', (e) => {
