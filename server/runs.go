@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1091,42 +1092,47 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, c *caller) {
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
-		evs, err := s.cfg.Store.RunEvents(ctx, lr.id, after, 500)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Error("reading run events", "run", lr.id, "err", err)
-				fmt.Fprintf(w, "event: error\ndata: {\"type\":\"error\",\"error\":%q}\n\n", "reading the run's events failed; reconnect with Last-Event-ID")
-			}
-			return
-		}
-		if len(evs) > 0 {
-			if !send(evs) {
-				return
-			}
-			continue
-		}
+		// pending holds the events after those in the store, in order: a
+		// client caught up reads them from memory, and the store only for
+		// what came before (a replay, or a flush since the last look).
 		lr.mu.Lock()
-		var mem []store.RunEvent
-		for _, e := range lr.pending {
-			if e.Seq > after {
-				mem = append(mem, e)
-			}
+		first := lr.rec.LastEventID + 1
+		if len(lr.pending) > 0 {
+			first = lr.pending[0].Seq
 		}
-		changed, running, last, deleted := lr.changed, lr.running, lr.rec.LastEventID, lr.deleted
+		var mem []store.RunEvent
+		if i := after + 1 - first; i >= 0 && i < int64(len(lr.pending)) {
+			mem = slices.Clone(lr.pending[i:])
+		}
+		changed, running, deleted := lr.changed, lr.running, lr.deleted
 		lr.mu.Unlock()
 		if deleted {
 			return
 		}
-		if len(mem) > 0 && mem[0].Seq != after+1 {
-			continue // flushed between the two reads: the store has them now
+		if after+1 < first {
+			evs, err := s.cfg.Store.RunEvents(ctx, lr.id, after, 500)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Error("reading run events", "run", lr.id, "err", err)
+					fmt.Fprintf(w, "event: error\ndata: {\"type\":\"error\",\"error\":%q}\n\n", "reading the run's events failed; reconnect with Last-Event-ID")
+				}
+				return
+			}
+			if len(evs) > 0 {
+				if !send(evs) {
+					return
+				}
+				continue
+			}
+			// None: the record counts events a crash lost before they
+			// were flushed; memory goes on after them.
+			after = first - 1
+			continue
 		}
 		if len(mem) > 0 {
 			if !send(mem) {
 				return
 			}
-			continue
-		}
-		if after < last {
 			continue
 		}
 		if !follow && !running {

@@ -639,3 +639,37 @@ func TestRunLogCapsOutput(t *testing.T) {
 		t.Errorf("another call's output was dropped too")
 	}
 }
+
+// TestRunEventsAfterLostOnes: a crash can lose the events emitted after
+// the last flush while the run's record already counts them. A stream
+// sends what the store has and ends; the run's next events follow the
+// lost ones.
+func TestRunEventsAfterLostOnes(t *testing.T) {
+	model := fake.NewServer(t, fake.Text("first"), fake.Text("second"))
+	ts := runServer(t, model)
+	key := ts.teamKey(t, "alpha")
+	var run api.Run
+	ts.must(t, 201, "POST", "/v1/runs", key, api.CreateRun{Input: "go", Agent: api.RunAgent{Approval: "never"}}, &run)
+	evs := ts.readEvents(t, key, run.ID, 0, "")
+	if lastStatus(evs) != api.RunIdle {
+		t.Fatalf("first segment: %+v", ofType(evs, "run_status"))
+	}
+	last := evs[len(evs)-1].ID
+	ts = ts.restart(t)
+	rec, err := ts.cfg.Store.GetRun(context.Background(), "", run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.LastEventID += 2 // two events the crash lost
+	if err := ts.cfg.Store.PutRun(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := ts.readEvents(t, key, run.ID, 0, ""); len(got) != len(evs) {
+		t.Fatalf("replay after the lost events: %d events, want the %d stored", len(got), len(evs))
+	}
+	ts.must(t, 200, "POST", "/v1/runs/"+run.ID+"/messages", key, api.RunMessage{Input: "again"}, &run)
+	more := ts.readEvents(t, key, run.ID, last, "")
+	if len(more) == 0 || more[0].ID != last+3 || lastStatus(more) != api.RunIdle {
+		t.Fatalf("events after the lost ones: %+v, want ids from %d to an idle run", more, last+3)
+	}
+}
