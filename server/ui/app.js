@@ -3,7 +3,7 @@
 // its streams and timers stop with it.
 
 import {APIError, api, clearKey, getKey, setKey} from './api.js';
-import {clearError, h, showError, showNotice} from './dom.js';
+import {busy, clearError, h, showError, showNotice} from './dom.js';
 import {sandboxesView, sandboxView} from './sandboxes.js';
 import {chatView, runView} from './chat.js';
 import {usageView} from './usage.js';
@@ -123,25 +123,21 @@ function signInView(ctx) {
       msg.hidden = false;
       return;
     }
-    submit.disabled = true;
-    submit.textContent = 'Signing in…';
-    try {
-      await api('GET', '/v1/sandboxes?limit=1', {key});
-      setKey(key, remember.checked);
-      const next = sessionStorage.getItem('cove.next');
-      sessionStorage.removeItem('cove.next');
-      go(next && next !== '#/signin' ? next : '#/sandboxes');
-    } catch (err) {
-      const text = err instanceof APIError && err.status === 401 ? `Sign-in failed: ${err.message}.` : `Sign-in failed: ${err.message}`;
-      msg.textContent = text;
-      msg.hidden = false;
-      showError(err, 'Sign-in failed');
-      input.focus();
-      input.select();
-    } finally {
-      submit.disabled = false;
-      submit.textContent = 'Sign in';
-    }
+    await busy(submit, 'Signing in…', async () => {
+      try {
+        await api('GET', '/v1/sandboxes?limit=1', {key});
+        setKey(key, remember.checked);
+        const next = sessionStorage.getItem('cove.next');
+        sessionStorage.removeItem('cove.next');
+        go(next && next !== '#/signin' ? next : '#/sandboxes');
+      } catch (err) {
+        msg.textContent = `Sign-in failed: ${err.message}`;
+        msg.hidden = false;
+        showError(err, 'Sign-in failed');
+        input.focus();
+        input.select();
+      }
+    });
   });
   main.append(form);
   input.focus();
