@@ -263,20 +263,13 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, fmt.Errorf("usage of team %s: %w", team, err))
 		return
 	}
-	rep := api.UsageReport{From: from, To: to, Sandboxes: make([]api.SandboxUsage, 0, len(sums))}
+	rep := api.UsageReport{From: from, To: to, Sandboxes: make([]api.SandboxUsage, 0, len(sums)), Total: s.cfg.Prices.total(sums)}
 	for _, u := range sums {
 		su := api.SandboxUsage{SandboxID: u.SandboxID, CPUSeconds: u.CPUSeconds, MemoryGiBSecs: u.MemoryGiBSecs,
 			DiskGiBHours: u.DiskGiBHours, BytesIn: u.BytesIn, BytesOut: u.BytesOut}
 		su.CostUSD = s.cfg.Prices.cost(su)
 		rep.Sandboxes = append(rep.Sandboxes, su)
-		t := &rep.Total
-		t.CPUSeconds += su.CPUSeconds
-		t.MemoryGiBSecs += su.MemoryGiBSecs
-		t.DiskGiBHours += su.DiskGiBHours
-		t.BytesIn += su.BytesIn
-		t.BytesOut += su.BytesOut
 	}
-	rep.Total.CostUSD = s.cfg.Prices.cost(rep.Total)
 	if byDay {
 		if rep.Days, err = s.usageDays(r.Context(), team, from, to); err != nil {
 			s.fail(w, r, fmt.Errorf("usage of team %s per day: %w", team, err))
@@ -307,18 +300,25 @@ func (s *Server) usageDays(ctx context.Context, team string, from, to time.Time)
 		if err != nil {
 			return nil, err
 		}
-		var t api.SandboxUsage
-		for _, u := range sums {
-			t.CPUSeconds += u.CPUSeconds
-			t.MemoryGiBSecs += u.MemoryGiBSecs
-			t.DiskGiBHours += u.DiskGiBHours
-			t.BytesIn += u.BytesIn
-			t.BytesOut += u.BytesOut
-		}
+		t := s.cfg.Prices.total(sums)
 		days = append(days, api.UsageDay{Date: day.Format(time.DateOnly), CPUSeconds: t.CPUSeconds, MemoryGiBSecs: t.MemoryGiBSecs,
-			DiskGiBHours: t.DiskGiBHours, BytesIn: t.BytesIn, BytesOut: t.BytesOut, CostUSD: s.cfg.Prices.cost(t)})
+			DiskGiBHours: t.DiskGiBHours, BytesIn: t.BytesIn, BytesOut: t.BytesOut, CostUSD: t.CostUSD})
 	}
 	return days, nil
+}
+
+// total is the sum of sandboxes' use, priced.
+func (p Prices) total(sums []store.Usage) api.SandboxUsage {
+	var t api.SandboxUsage
+	for _, u := range sums {
+		t.CPUSeconds += u.CPUSeconds
+		t.MemoryGiBSecs += u.MemoryGiBSecs
+		t.DiskGiBHours += u.DiskGiBHours
+		t.BytesIn += u.BytesIn
+		t.BytesOut += u.BytesOut
+	}
+	t.CostUSD = p.cost(t)
+	return t
 }
 
 // cost prices use; egress is the bytes out of the sandbox.
