@@ -3,28 +3,9 @@
 // timed), and prints the durations in milliseconds as JSON on the last
 // line. server/e2b_test.go's BenchmarkE2BCreateToFirstRun runs it; the
 // environment is as for sdk.test.mjs.
-import dns from 'node:dns'
-import { createRequire } from 'node:module'
-import path from 'node:path'
+import e2b from './e2b.mjs'
 
-const domainHost = (process.env.COVE_E2B_DOMAIN ?? '').split(':')[0]
-if (domainHost) {
-  const lookup = dns.lookup
-  dns.lookup = function (host, opts, cb) {
-    if (typeof opts === 'function') {
-      cb = opts
-      opts = {}
-    }
-    if (host === domainHost || host.endsWith('.' + domainHost)) {
-      if (opts && opts.all) return process.nextTick(cb, null, [{ address: '127.0.0.1', family: 4 }])
-      return process.nextTick(cb, null, '127.0.0.1', 4)
-    }
-    return lookup.call(dns, host, opts, cb)
-  }
-}
-
-const require = createRequire(path.join(process.env.COVE_E2B_SDK, 'package.json'))
-const { Sandbox } = require('e2b')
+const { Sandbox } = e2b
 
 const n = Number(process.env.COVE_E2B_N ?? 50)
 const ms = []

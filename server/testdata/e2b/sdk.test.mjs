@@ -3,7 +3,7 @@
 //
 //   COVE_E2B_SDK     the directory whose node_modules holds the e2b package
 //   COVE_E2B_MODE    "domain": envd and ports by host name under
-//                    COVE_E2B_DOMAIN (resolved to 127.0.0.1 here, TLS with
+//                    COVE_E2B_DOMAIN (resolved to 127.0.0.1 by e2b.mjs, TLS with
 //                    a test CA in NODE_EXTRA_CA_CERTS); "header": one URL,
 //                    E2B_SANDBOX_URL, and the E2b-Sandbox-* headers
 //   E2B_API_URL, E2B_API_KEY, E2B_SANDBOX_URL as the SDK reads them
@@ -12,32 +12,11 @@
 // time.
 import assert from 'node:assert/strict'
 import crypto from 'node:crypto'
-import dns from 'node:dns'
-import { createRequire } from 'node:module'
-import path from 'node:path'
 import { after, before, describe, test } from 'node:test'
 
+import e2b from './e2b.mjs'
+
 const mode = process.env.COVE_E2B_MODE
-const domain = process.env.COVE_E2B_DOMAIN ?? ''
-const domainHost = domain.split(':')[0]
-
-// *.{domain} is this machine: no wildcard DNS needed for the test.
-if (domainHost) {
-  const lookup = dns.lookup
-  dns.lookup = function (host, opts, cb) {
-    if (typeof opts === 'function') {
-      cb = opts
-      opts = {}
-    }
-    if (host === domainHost || host.endsWith('.' + domainHost)) {
-      if (opts && opts.all) return process.nextTick(cb, null, [{ address: '127.0.0.1', family: 4 }])
-      return process.nextTick(cb, null, '127.0.0.1', 4)
-    }
-    return lookup.call(dns, host, opts, cb)
-  }
-}
-
-const require = createRequire(path.join(process.env.COVE_E2B_SDK, 'package.json'))
 const {
   Sandbox,
   CommandExitError,
@@ -46,7 +25,7 @@ const {
   NotFoundError,
   TimeoutError,
   InvalidArgumentError,
-} = require('e2b')
+} = e2b
 
 // eventually polls fn until it returns a truthy value, for at most
 // `seconds`; the last error or value is in the failure message.
