@@ -15,7 +15,7 @@ class Screen {
     this.rows = rows;
     this.style = new Style();
     this.lines = [];
-    this.scrollback = [];
+    this.scrolled = []; // lines scrolled off the top since the last render
     for (let i = 0; i < rows; i++) this.lines.push(this.blank());
     this.r = 0;
     this.c = 0;
@@ -27,7 +27,7 @@ class Screen {
   resize(cols, rows) {
     this.lines = this.lines.map((l) => (l.length >= cols ? l.slice(0, cols) : l.concat(Array(cols - l.length).fill(null))));
     while (this.lines.length > rows) {
-      this.scrollback.push(this.lines.shift());
+      this.scrollOff();
       this.r = Math.max(0, this.r - 1);
     }
     this.cols = cols;
@@ -35,10 +35,13 @@ class Screen {
     this.rows = rows;
     this.c = Math.min(this.c, cols - 1);
   }
+  scrollOff() {
+    this.scrolled.push(this.lines.shift());
+    if (this.scrolled.length > scrollbackMax) this.scrolled.shift();
+  }
   newline() {
     if (this.r === this.rows - 1) {
-      this.scrollback.push(this.lines.shift());
-      if (this.scrollback.length > scrollbackMax) this.scrollback.shift();
+      this.scrollOff();
       this.lines.push(this.blank());
     } else this.r++;
   }
@@ -120,45 +123,54 @@ class Screen {
       else if (ch.charCodeAt(0) >= 32) this.put(ch);
     }
   }
-  // render draws the screen (and the scrollback above it) into pre.
-  render(pre, focused) {
-    const frag = document.createDocumentFragment();
-    const draw = (line, cursorAt) => {
-      let end = line.length;
-      while (end > 0 && !line[end - 1] && end - 1 !== cursorAt) end--;
-      let run = '';
-      let runStyle = null;
-      const flush = () => {
-        if (!run) return;
-        if (runStyle && !runStyle.isPlain()) {
-          const sp = runStyle.span();
-          sp.append(run);
-          frag.append(sp);
-        } else frag.append(run);
-        run = '';
-      };
-      for (let i = 0; i < end; i++) {
-        const cell = line[i];
-        const st = cell ? cell.st : null;
-        if (i === cursorAt) {
-          flush();
-          frag.append(h('span', {class: focused ? 'cursor' : 'cursor blur'}, cell ? cell.ch : ' '));
-          runStyle = null;
-          continue;
-        }
-        if ((st ? st.key() : '') !== (runStyle ? runStyle.key() : '')) {
-          flush();
-          runStyle = st;
-        }
-        run += cell ? cell.ch : ' ';
-      }
-      flush();
-      frag.append('\n');
-    };
-    for (const l of this.scrollback) draw(l, -1);
-    this.lines.forEach((l, i) => draw(l, i === this.r ? this.c : -1));
-    pre.replaceChildren(frag);
+  // render draws the screen into live, and adds the lines scrolled off
+  // since the last render to hist: the scrollback is drawn once, not on
+  // every frame.
+  render(hist, live, focused) {
+    if (this.scrolled.length) {
+      hist.append(...this.scrolled.map((l) => drawLine(l, -1, focused)));
+      this.scrolled = [];
+      while (hist.childNodes.length > scrollbackMax) hist.firstChild.remove();
+    }
+    live.replaceChildren(...this.lines.map((l, i) => drawLine(l, i === this.r ? this.c : -1, focused)));
   }
+}
+
+// drawLine is one line of cells as a span, runs of one style sharing a
+// span, with the cursor at cursorAt (-1 for none).
+function drawLine(line, cursorAt, focused) {
+  const el = document.createElement('span');
+  let end = line.length;
+  while (end > 0 && !line[end - 1] && end - 1 !== cursorAt) end--;
+  let run = '';
+  let runStyle = null;
+  const flush = () => {
+    if (!run) return;
+    if (runStyle && !runStyle.isPlain()) {
+      const sp = runStyle.span();
+      sp.append(run);
+      el.append(sp);
+    } else el.append(run);
+    run = '';
+  };
+  for (let i = 0; i < end; i++) {
+    const cell = line[i];
+    const st = cell ? cell.st : null;
+    if (i === cursorAt) {
+      flush();
+      el.append(h('span', {class: focused ? 'cursor' : 'cursor blur'}, cell ? cell.ch : ' '));
+      runStyle = null;
+      continue;
+    }
+    if ((st ? st.key() : '') !== (runStyle ? runStyle.key() : '')) {
+      flush();
+      runStyle = st;
+    }
+    run += cell ? cell.ch : ' ';
+  }
+  flush();
+  el.append('\n');
+  return el;
 }
 
 const keys = {
@@ -175,6 +187,9 @@ export function terminalPanel(ctx, sb) {
     h('div', {class: 'inline'}, connect, disconnect, state),
     h('p', {class: 'muted small'}, 'Click the terminal (or tab to it) and type. Esc and Tab go to the shell; Ctrl+] leaves the terminal for the keyboard.'),
     screen);
+  const hist = h('span');
+  const live = h('span');
+  screen.append(hist, live);
   let ws = null;
   let scr = null;
   let drawQueued = false;
@@ -186,7 +201,7 @@ export function terminalPanel(ctx, sb) {
     requestAnimationFrame(() => {
       drawQueued = false;
       const atBottom = screen.scrollHeight - screen.scrollTop - screen.clientHeight < 30;
-      scr.render(screen, document.activeElement === screen);
+      scr.render(hist, live, document.activeElement === screen);
       if (atBottom) screen.scrollTop = screen.scrollHeight;
     });
   };
@@ -207,6 +222,7 @@ export function terminalPanel(ctx, sb) {
   connect.addEventListener('click', () => {
     const {cols, rows} = size();
     scr = new Screen(cols, rows);
+    hist.replaceChildren();
     const proto = location.protocol === 'https:' ? 'wss' : 'ws';
     const url = `${proto}://${location.host}/v1/sandboxes/${encodeURIComponent(sb.id)}/pty?${new URLSearchParams({access_token: getKey(), cols, rows})}`;
     ws = new WebSocket(url);
