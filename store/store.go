@@ -150,11 +150,15 @@ type Run struct {
 	Output   string          `json:"output,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	// Usage is the tokens used so far (the server's JSON).
-	Usage       json.RawMessage `json:"usage,omitempty"`
-	LastEventID int64           `json:"last_event_id"`
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-	FinishedAt  time.Time       `json:"finished_at,omitempty"`
+	Usage json.RawMessage `json:"usage,omitempty"`
+	// LastEventID is the Seq of the run's latest event, never below that
+	// of an event in the store: AppendRunEvents raises it and PutRun does
+	// not lower it, so a server that crashed between the two numbers its
+	// next events after the stored ones.
+	LastEventID int64     `json:"last_event_id"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	FinishedAt  time.Time `json:"finished_at,omitempty"`
 }
 
 // RunFilter selects runs of one team.
@@ -236,8 +240,9 @@ type Store interface {
 	// UsageByTeam sums a team's usage per sandbox over [from, to).
 	UsageByTeam(ctx context.Context, teamID string, from, to time.Time) ([]Usage, error)
 
-	// PutRun creates or replaces a run record. ErrNotFound if its team
-	// does not exist; ErrExist if the id is another team's run.
+	// PutRun creates or replaces a run record (its LastEventID only
+	// rises). ErrNotFound if its team does not exist; ErrExist if the id
+	// is another team's run.
 	PutRun(ctx context.Context, r Run) error
 	// GetRun returns a run of the team ("" for any team).
 	GetRun(ctx context.Context, teamID, id string) (Run, error)
@@ -247,8 +252,9 @@ type Store interface {
 	// DeleteRun removes a run of the team and its events: ErrNotFound if
 	// the team has none with this id.
 	DeleteRun(ctx context.Context, teamID, id string) error
-	// AppendRunEvents adds events to their runs' logs; an event whose
-	// (run, seq) is already there is ErrExist and nothing is added.
+	// AppendRunEvents adds events to their runs' logs and raises the
+	// runs' LastEventID to them; an event whose (run, seq) is already
+	// there is ErrExist and nothing is added.
 	AppendRunEvents(ctx context.Context, evs []RunEvent) error
 	// RunEvents returns up to limit events of a run with Seq > after, in
 	// order.

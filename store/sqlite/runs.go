@@ -68,7 +68,7 @@ func (s *Store) PutRun(ctx context.Context, r store.Run) error {
 				sandbox_id = excluded.sandbox_id, status = excluded.status, config = excluded.config,
 				state = excluded.state, input = excluded.input, messages = excluded.messages,
 				output = excluded.output, error = excluded.error, usage = excluded.usage,
-				last_event_id = excluded.last_event_id, updated_at = excluded.updated_at,
+				last_event_id = max(runs.last_event_id, excluded.last_event_id), updated_at = excluded.updated_at,
 				finished_at = excluded.finished_at
 			WHERE runs.team_id = excluded.team_id`,
 			r.ID, r.TeamID, r.SandboxID, r.Status, string(r.Config), nullJSON(r.State), r.Input, r.Messages,
@@ -171,11 +171,13 @@ func (s *Store) DeleteRun(ctx context.Context, teamID, id string) error {
 	return wrap(err, "deleting run %s", id)
 }
 
-// AppendRunEvents adds events to their runs' logs, all or none.
+// AppendRunEvents adds events to their runs' logs, all or none, and
+// raises each run's last_event_id to its last event.
 func (s *Store) AppendRunEvents(ctx context.Context, evs []store.RunEvent) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	last := map[string]int64{}
 	for _, e := range evs {
 		switch {
 		case e.RunID == "":
@@ -185,6 +187,7 @@ func (s *Store) AppendRunEvents(ctx context.Context, evs []store.RunEvent) error
 		case e.Type == "" || len(e.Data) == 0:
 			return invalid("run %s event %d: type or data is empty", e.RunID, e.Seq)
 		}
+		last[e.RunID] = max(last[e.RunID], e.Seq)
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		st, err := tx.PrepareContext(ctx, `INSERT INTO run_events (run_id, seq, type, data) VALUES (?, ?, ?, ?)`)
@@ -194,6 +197,11 @@ func (s *Store) AppendRunEvents(ctx context.Context, evs []store.RunEvent) error
 		defer st.Close()
 		for _, e := range evs {
 			if _, err := st.ExecContext(ctx, e.RunID, e.Seq, e.Type, string(e.Data)); err != nil {
+				return err
+			}
+		}
+		for id, seq := range last {
+			if _, err := tx.ExecContext(ctx, `UPDATE runs SET last_event_id = max(last_event_id, ?) WHERE id = ?`, seq, id); err != nil {
 				return err
 			}
 		}

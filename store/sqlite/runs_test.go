@@ -82,7 +82,8 @@ func TestRunEvents(t *testing.T) {
 	t.Parallel()
 	s := withTeams(t)
 	ctx := t.Context()
-	if err := s.PutRun(ctx, store.Run{ID: "r", TeamID: teamA.ID, Status: "running", Config: json.RawMessage(`{}`), CreatedAt: t0, UpdatedAt: t0}); err != nil {
+	rec := store.Run{ID: "r", TeamID: teamA.ID, Status: "running", Config: json.RawMessage(`{}`), CreatedAt: t0, UpdatedAt: t0}
+	if err := s.PutRun(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	var batch []store.RunEvent
@@ -109,6 +110,14 @@ func TestRunEvents(t *testing.T) {
 		t.Errorf("all events = %d, %v; want 10", len(all), err)
 	}
 	checkErr(t, s.AppendRunEvents(ctx, []store.RunEvent{{RunID: "r", Seq: 0, Type: "x", Data: json.RawMessage(`{}`)}}), sandbox.ErrInvalid, "start at 1")
+	// The record counts the stored events, and a record saved before
+	// they were (a server that then crashed) does not count them down.
+	if err := s.PutRun(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetRun(ctx, teamA.ID, "r"); err != nil || got.LastEventID != 10 {
+		t.Errorf("last event id = %d, %v; want 10, the last stored event", got.LastEventID, err)
+	}
 	// Deleting a run takes its events with it; another team's is not
 	// found.
 	checkErr(t, s.DeleteRun(ctx, teamB.ID, "r"), sandbox.ErrNotFound)
