@@ -434,8 +434,7 @@ export async function runView(ctx, id) {
     let lost = false;
     while (!signal.aborted) {
       try {
-        const headers = lastID ? {'Last-Event-ID': String(lastID)} : {};
-        const resp = await request('GET', `${runPath(id)}/events${q({follow: 'true', after: lastID || ''})}`, {signal, headers});
+        const resp = await request('GET', `${runPath(id)}/events${q({follow: 'true', after: lastID || ''})}`, {signal});
         if (lost) {
           lost = false;
           clearError();
