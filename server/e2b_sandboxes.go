@@ -311,7 +311,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 			}
 		}
 	} else {
-		if err := s.e2bResume(ctx, c.team, &rec, ttl); err != nil {
+		if err := s.resumeFor(ctx, c.team, &rec, ttl); err != nil {
 			s.e2bFail(w, r, err)
 			return
 		}
@@ -323,47 +323,6 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	writeJSON(w, status, s.e2bSandboxView(rec, envd, traffic))
-}
-
-// e2bResume starts a stopped sandbox again within the team's quota, to
-// end ttl from now, and records it.
-func (s *Server) e2bResume(ctx context.Context, team string, rec *store.Sandbox, ttl time.Duration) error {
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
-	if err != nil {
-		return err
-	}
-	if fresh.State == store.StateRunning {
-		*rec = fresh // resumed meanwhile
-		return nil
-	}
-	if err := s.admit(ctx, team, fresh.Spec); err != nil {
-		return err
-	}
-	d, _ := s.cfg.Runtime.(sandbox.Deadliner)
-	if d != nil {
-		// A past deadline would stop it again at once.
-		if err := d.SetDeadline(ctx, fresh.ID, time.Time{}); err != nil {
-			return err
-		}
-	}
-	if _, err := s.cfg.Runtime.Resume(ctx, fresh.ID); err != nil {
-		return fmt.Errorf("resuming sandbox %s: %w", fresh.ID, err)
-	}
-	now := s.cfg.Now()
-	fresh.State, fresh.StartedAt, fresh.StoppedAt, fresh.LastActivity = store.StateRunning, now, time.Time{}, now
-	fresh.Deadline = now.Add(ttl)
-	if d != nil {
-		if err := d.SetDeadline(ctx, fresh.ID, fresh.Deadline); err != nil {
-			return err
-		}
-	}
-	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
-		return err
-	}
-	*rec = fresh
-	return nil
 }
 
 // e2bMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a

@@ -470,31 +470,49 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request, c *caller
 	writeJSON(w, http.StatusOK, s.view(rec))
 }
 
-// resume starts a stopped sandbox of team again (within its quota) and
-// records it; a running one is left as it is.
+// resume starts a stopped sandbox of team again (within its quota) with
+// its TTL afresh, and records it; a running one is left as it is.
 func (s *Server) resume(ctx context.Context, team string, rec *store.Sandbox) error {
+	return s.resumeFor(ctx, team, rec, rec.Spec.TTL)
+}
+
+// resumeFor is resume to end ttl from now (E2B's connect names its own).
+func (s *Server) resumeFor(ctx context.Context, team string, rec *store.Sandbox, ttl time.Duration) error {
 	if rec.State == store.StateRunning {
 		return nil
 	}
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
-	if err := s.admit(ctx, team, rec.Spec); err != nil {
+	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
+	if err != nil {
 		return err
 	}
-	// A resumed sandbox gets its TTL afresh; the runtime's deadline is
-	// cleared so it starts one.
+	if fresh.State == store.StateRunning {
+		*rec = fresh // resumed meanwhile
+		return nil
+	}
+	if err := s.admit(ctx, team, fresh.Spec); err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	deadline := now.Add(ttl)
+	// The runtime's deadline is moved first: the past one would refuse
+	// the resume, and a stopped sandbox starts with the one it has.
 	if d, ok := s.cfg.Runtime.(sandbox.Deadliner); ok {
-		if err := d.SetDeadline(ctx, rec.ID, time.Time{}); err != nil {
+		if err := d.SetDeadline(ctx, fresh.ID, deadline); err != nil {
 			return err
 		}
 	}
-	if _, err := s.cfg.Runtime.Resume(ctx, rec.ID); err != nil {
-		return fmt.Errorf("resuming sandbox %s: %w", rec.ID, err)
+	if _, err := s.cfg.Runtime.Resume(ctx, fresh.ID); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", fresh.ID, err)
 	}
-	now := s.cfg.Now()
-	rec.State, rec.StartedAt, rec.StoppedAt, rec.LastActivity = store.StateRunning, now, time.Time{}, now
-	rec.Deadline = now.Add(rec.Spec.TTL)
-	return s.cfg.Store.PutSandbox(ctx, *rec)
+	fresh.State, fresh.StartedAt, fresh.StoppedAt, fresh.LastActivity = store.StateRunning, now, time.Time{}, now
+	fresh.Deadline = deadline
+	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
+		return err
+	}
+	*rec = fresh
+	return nil
 }
 
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
