@@ -146,6 +146,18 @@ func newRunHub() *runHub {
 	return h
 }
 
+// add counts a goroutine of the hub in wg: false once the server is
+// closing, when none may start.
+func (h *runHub) add() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.wg.Add(1)
+	return true
+}
+
 func (s *Server) runRoutes() {
 	s.handle("POST /v1/runs", s.createRun)
 	s.handle("GET /v1/runs", s.listRuns)
@@ -358,13 +370,9 @@ func (s *Server) launchAndShow(w http.ResponseWriter, r *http.Request, lr *liveR
 // launch starts a segment of the run. The caller holds lr.op.
 func (s *Server) launch(lr *liveRun, text string, do segment) error {
 	h := s.runs
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+	if !h.add() {
 		return fmt.Errorf("%w: retry on the restarted server", errShutdown)
 	}
-	h.wg.Add(1)
-	h.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(h.ctx)
 	lr.mu.Lock()
 	lr.running, lr.cancel, lr.done = true, cancel, make(chan struct{})

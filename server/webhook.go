@@ -79,13 +79,9 @@ func (s *Server) notifyWebhook(lr *liveRun) {
 		return
 	}
 	h := s.runs
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+	if !h.add() {
 		return
 	}
-	h.wg.Add(1)
-	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
 		s.deliver(h.ctx, lr.id, cfg, body)
