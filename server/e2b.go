@@ -92,15 +92,9 @@ func writeE2BError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, e2bError{Code: status, Message: msg})
 }
 
-// e2bFail is fail in E2B's body: sentinels get their status and message,
-// anything else a 500 whose message is only the request id.
+// e2bFail is fail in E2B's body.
 func (s *Server) e2bFail(w http.ResponseWriter, r *http.Request, err error) {
-	status, _ := statusOf(err)
-	msg := err.Error()
-	if status == http.StatusInternalServerError {
-		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; quote request id " + requestID(r)
-	}
+	status, _, msg := s.failure(r, err)
 	writeE2BError(w, status, msg)
 }
 

@@ -88,8 +88,8 @@ func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id strin
 func (s *Server) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
 	rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		s.log.Error("internal error", "request_id", requestID(r), "sandbox", id, "err", err)
-		writeE2BProxyError(w, r, http.StatusInternalServerError, id, port, "internal error; quote request id "+requestID(r))
+		status, _, msg := s.failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
+		writeE2BProxyError(w, r, status, id, port, msg)
 		return
 	}
 	if err != nil || s.e2bGone(rec) {

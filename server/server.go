@@ -347,17 +347,24 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg st
 	writeJSON(w, status, api.Error{Code: code, Message: msg, RequestID: requestID(r)})
 }
 
-// fail maps an error to its status: the sandbox sentinels to 4xx with
-// their message (it says what was wrong), anything else to a 500 whose
-// message is only the request id (the cause goes to the log).
+// fail answers a request that failed with err (see failure).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code := statusOf(err)
-	msg := err.Error()
+	status, code, msg := s.failure(r, err)
+	writeError(w, r, status, code, msg)
+}
+
+// failure maps an error to its status, code and message: the sandbox
+// sentinels to 4xx with their message (it says what was wrong), anything
+// else to a 500 whose message is only the request id (the cause goes to
+// the log).
+func (s *Server) failure(r *http.Request, err error) (status int, code, msg string) {
+	status, code = statusOf(err)
+	msg = err.Error()
 	if status == http.StatusInternalServerError {
 		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; quote request id " + requestID(r)
 	}
-	writeError(w, r, status, code, msg)
+	return status, code, msg
 }
 
 func statusOf(err error) (int, string) {
