@@ -94,6 +94,9 @@ type runSummary struct {
 	Approvals []api.RunApproval `json:"approvals,omitempty"`
 }
 
+// cancelledByUser is the error of a run cancelled through the API.
+const cancelledByUser = "cancelled by the user; send a message to go on"
+
 var (
 	errRunCancelled = errors.New("the run was cancelled")
 	errShutdown     = errors.New("the server is shutting down")
@@ -474,7 +477,7 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 	}
 	switch {
 	case errors.Is(cause, errRunCancelled):
-		status, msg = api.RunCancelled, "cancelled by the user; send a message to go on"
+		status, msg = api.RunCancelled, cancelledByUser
 	case err != nil:
 		status, msg = api.RunFailed, err.Error()
 	case len(lr.sum.Approvals) > 0:
@@ -482,15 +485,24 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 	default:
 		lr.rec.Output = res.Output
 	}
-	lr.rec.FinishedAt = s.cfg.Now()
 	clear(lr.outBytes)
+	lr.mu.Unlock()
+	if err := s.end(bg, lr, status, msg); err != nil {
+		s.log.Error("saving a finished run", "run", lr.id, "err", err)
+	}
+}
+
+// end records that the run stopped in status (msg says why when it
+// failed or was cancelled), saves it and tells its webhook.
+func (s *Server) end(ctx context.Context, lr *liveRun, status, msg string) error {
+	lr.mu.Lock()
+	lr.rec.FinishedAt = s.cfg.Now()
 	lr.mu.Unlock()
 	lr.setStatus(status, msg, "")
 	lr.stopped()
-	if err := s.save(bg, lr); err != nil {
-		s.log.Error("saving a finished run", "run", lr.id, "err", err)
-	}
+	err := s.save(ctx, lr)
 	s.notifyWebhook(lr)
+	return err
 }
 
 func runUsage(u agent.Usage) api.RunUsage {
@@ -997,16 +1009,13 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	case status == api.RunWaiting:
 		lr.mu.Lock()
 		lr.sum.Approvals = nil
-		lr.rec.FinishedAt = s.cfg.Now()
 		lr.mu.Unlock()
-		lr.setStatus(api.RunCancelled, "cancelled by the user; send a message to go on", "")
-		err := s.save(r.Context(), lr)
+		err := s.end(r.Context(), lr, api.RunCancelled, cancelledByUser)
 		lr.op.Unlock()
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		s.notifyWebhook(lr)
 	default:
 		lr.op.Unlock()
 		s.fail(w, r, fmt.Errorf("run %s is %s: nothing to cancel: %w", lr.id, status, sandbox.ErrState))
@@ -1193,14 +1202,9 @@ func (s *Server) recoverRun(rec store.Run) {
 	}
 	st, err := agent.ParseRunState(rec.State)
 	if len(rec.State) == 0 || err != nil {
-		lr.mu.Lock()
-		lr.rec.FinishedAt = s.cfg.Now()
-		lr.mu.Unlock()
-		lr.setStatus(api.RunFailed, "the server restarted before the run's first turn was saved; send a message to start again", "")
-		if err := s.save(context.Background(), lr); err != nil {
+		if err := s.end(context.Background(), lr, api.RunFailed, "the server restarted before the run's first turn was saved; send a message to start again"); err != nil {
 			s.log.Error("saving a run that could not be recovered", "run", rec.ID, "err", err)
 		}
-		s.notifyWebhook(lr)
 		return
 	}
 	st.Abandon("the server restarted while it ran")
