@@ -190,35 +190,12 @@ func (s *Server) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traff
 	if t := rec.Spec.Labels[e2bEnvdTokenLabel]; t != "" {
 		return t, rec.Spec.Labels[e2bTrafficTokenLabel], nil
 	}
-	err = s.e2bUpdate(ctx, rec, func(rec *store.Sandbox) {
+	err = s.update(ctx, rec, func(rec *store.Sandbox) {
 		if rec.Spec.Labels[e2bEnvdTokenLabel] == "" {
 			rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
 		}
 	})
 	return rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel], err
-}
-
-// e2bUpdate changes a record read afresh and writes it, under createMu as
-// every read-modify-write of a record is (the lifecycle loop's too); rec
-// becomes what was written.
-func (s *Server) e2bUpdate(ctx context.Context, rec *store.Sandbox, change func(*store.Sandbox)) error {
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
-	if err != nil {
-		return err
-	}
-	labels := make(map[string]string, len(fresh.Spec.Labels)+3)
-	for k, v := range fresh.Spec.Labels {
-		labels[k] = v
-	}
-	fresh.Spec.Labels = labels
-	change(&fresh)
-	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
-		return fmt.Errorf("recording sandbox %s: %w", rec.ID, err)
-	}
-	*rec = fresh
-	return nil
 }
 
 // The control plane's bodies, as E2B's OpenAPI spec names them.

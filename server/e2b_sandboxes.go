@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/store"
 )
@@ -136,7 +135,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.e2bFail(w, r, err)
 		return
 	}
-	err = s.e2bUpdate(ctx, &rec, func(rec *store.Sandbox) {
+	err = s.update(ctx, &rec, func(rec *store.Sandbox) {
 		rec.Spec.Labels[e2bLabel] = "1"
 		rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
 		if !public {
@@ -210,17 +209,6 @@ func (s *Server) e2bSeconds(w http.ResponseWriter, r *http.Request, field string
 	return time.Duration(n) * time.Second, true
 }
 
-// e2bSetDeadline moves a running sandbox's end to t, in the runtime
-// (which enforces it) and the record.
-func (s *Server) e2bSetDeadline(ctx context.Context, rec *store.Sandbox, t time.Time) error {
-	if d, ok := s.cfg.Runtime.(sandbox.Deadliner); ok {
-		if err := d.SetDeadline(ctx, rec.ID, t); err != nil {
-			return fmt.Errorf("setting the timeout of sandbox %s: %w", rec.ID, err)
-		}
-	}
-	return s.e2bUpdate(ctx, rec, func(rec *store.Sandbox) { rec.Deadline = t })
-}
-
 // e2bSetTimeout serves POST /sandboxes/{id}/timeout: the sandbox ends
 // timeout seconds from now, sooner or later than it would have.
 func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -252,7 +240,7 @@ func (s *Server) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, tt
 	}
 	t := s.cfg.Now().Add(ttl)
 	if shorter || t.After(rec.Deadline) {
-		if err := s.e2bSetDeadline(context.WithoutCancel(r.Context()), &rec, t); err != nil {
+		if err := s.setDeadline(context.WithoutCancel(r.Context()), &rec, t); err != nil {
 			s.e2bFail(w, r, err)
 			return
 		}
@@ -305,7 +293,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 	status := http.StatusOK
 	if rec.State == store.StateRunning {
 		if t := s.cfg.Now().Add(ttl); t.After(rec.Deadline) {
-			if err := s.e2bSetDeadline(ctx, &rec, t); err != nil {
+			if err := s.setDeadline(ctx, &rec, t); err != nil {
 				s.e2bFail(w, r, err)
 				return
 			}

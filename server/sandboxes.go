@@ -566,21 +566,48 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx := context.WithoutCancel(r.Context())
-	rec.Deadline = s.cfg.Now().Add(ttl)
-	if rec.State == store.StateRunning {
-		if d, ok := s.cfg.Runtime.(sandbox.Deadliner); ok {
-			if err := d.SetDeadline(ctx, rec.ID, rec.Deadline); err != nil {
-				s.fail(w, r, err)
-				return
-			}
-		}
-	}
-	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
+	if err := s.setDeadline(context.WithoutCancel(r.Context()), &rec, s.cfg.Now().Add(ttl)); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.view(rec))
+}
+
+// setDeadline moves a sandbox's end to t, in the runtime (which enforces
+// it while the sandbox runs) and the record.
+func (s *Server) setDeadline(ctx context.Context, rec *store.Sandbox, t time.Time) error {
+	if rec.State == store.StateRunning {
+		if d, ok := s.cfg.Runtime.(sandbox.Deadliner); ok {
+			if err := d.SetDeadline(ctx, rec.ID, t); err != nil {
+				return fmt.Errorf("setting the TTL of sandbox %s: %w", rec.ID, err)
+			}
+		}
+	}
+	return s.update(ctx, rec, func(rec *store.Sandbox) { rec.Deadline = t })
+}
+
+// update changes a record read afresh and writes it, under createMu as
+// every read-modify-write of a record is (the lifecycle loop's too); rec
+// becomes what was written.
+func (s *Server) update(ctx context.Context, rec *store.Sandbox, change func(*store.Sandbox)) error {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
+	if err != nil {
+		return err
+	}
+	// change may set labels: on a copy, as the cached record shares its map.
+	labels := make(map[string]string, len(fresh.Spec.Labels)+3)
+	for k, v := range fresh.Spec.Labels {
+		labels[k] = v
+	}
+	fresh.Spec.Labels = labels
+	change(&fresh)
+	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
+		return fmt.Errorf("recording sandbox %s: %w", rec.ID, err)
+	}
+	*rec = fresh
+	return nil
 }
 
 // Reconcile makes the store and the runtime agree after a (re)start:
