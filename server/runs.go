@@ -571,7 +571,7 @@ func (s *Server) runModel(ctx context.Context, team string, ag api.RunAgent) (ag
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound) && named:
 		return nil, invalid("agent.api_key_secret: the team has no secret %q; set it with PUT /v1/secrets/%s", secretName, secretName)
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrInvalid) && !named:
+	case errors.Is(err, sandbox.ErrNotFound):
 		key = ""
 	case err != nil:
 		return nil, err

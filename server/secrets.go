@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/store"
 )
@@ -161,12 +160,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) 
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, c *caller) {
-	name := r.PathValue("name")
-	err := s.cfg.Store.DeleteSecret(r.Context(), c.team, name)
-	if errors.Is(err, sandbox.ErrInvalid) {
-		err = fmt.Errorf("secret %q: %w", name, sandbox.ErrNotFound)
-	}
-	if err != nil {
+	if err := s.cfg.Store.DeleteSecret(r.Context(), c.team, r.PathValue("name")); err != nil {
 		s.fail(w, r, err)
 		return
 	}
