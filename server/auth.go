@@ -33,16 +33,14 @@ type caller struct {
 }
 
 // NewKeySecret returns a new API key secret and the hash stored for it.
-func NewKeySecret() (secret, hash string) { return newKeySecret(KeyPrefix) }
+func NewKeySecret() (secret, hash string) { return newKeySecret(KeyPrefix, 24) }
 
 // NewE2BKeySecret is NewKeySecret in E2B's form: e2b_ and 40 hex digits.
-func NewE2BKeySecret() (secret, hash string) { return newKeySecret(E2BKeyPrefix) }
+func NewE2BKeySecret() (secret, hash string) { return newKeySecret(E2BKeyPrefix, 20) }
 
-func newKeySecret(prefix string) (secret, hash string) {
-	b := make([]byte, 20)
-	if prefix == KeyPrefix {
-		b = make([]byte, 24)
-	}
+// newKeySecret is prefix and n random bytes in hex.
+func newKeySecret(prefix string, n int) (secret, hash string) {
+	b := make([]byte, n)
 	rand.Read(b)
 	secret = prefix + hex.EncodeToString(b)
 	return secret, HashKey(secret)
