@@ -135,16 +135,7 @@ func (s *Server) e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return true
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		msg := "malformed JSON: " + err.Error()
-		switch {
-		case errors.As(err, &te):
-			msg = fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
-		case errors.As(err, &se):
-			msg = fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
-		}
-		writeE2BError(w, http.StatusBadRequest, "Error when parsing request: "+msg)
+		writeE2BError(w, http.StatusBadRequest, "Error when parsing request: "+jsonMessage(err))
 		return false
 	}
 	return true

@@ -396,13 +396,20 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return true
 	}
 	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeError(w, r, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
+		return false
+	}
+	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, jsonMessage(err))
+	return false
+}
+
+// jsonMessage says what is wrong with a JSON body that did not decode.
+func jsonMessage(err error) string {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	msg := err.Error()
 	switch {
-	case errors.As(err, &mbe):
-		writeError(w, r, http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
-		return false
 	case errors.Is(err, io.EOF):
 		msg = "the request body is empty; send a JSON object"
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -414,8 +421,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	case strings.HasPrefix(msg, "json: unknown field "):
 		msg = "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + "; see /openapi.json"
 	}
-	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, msg)
-	return false
+	return msg
 }
 
 // newID returns prefix + 12 random hex digits.
