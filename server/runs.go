@@ -791,10 +791,8 @@ func (s *Server) decodeCreateRun(w http.ResponseWriter, r *http.Request) (api.Cr
 				return fail(invalid("the \"run\" part is given twice"))
 			}
 			gotRun = true
-			dec := json.NewDecoder(io.LimitReader(p, s.cfg.MaxBodyBytes))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&req); err != nil {
-				return fail(invalid("the \"run\" part: %v", err))
+			if err := decodeJSON(io.LimitReader(p, s.cfg.MaxBodyBytes), &req); err != nil {
+				return fail(invalid("the \"run\" part: %s", jsonMessage(err)))
 			}
 		case "workspace":
 			if tarFile != nil {

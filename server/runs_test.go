@@ -378,6 +378,31 @@ func TestRunBadInput(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.name, code, b, tc.code, tc.want)
 		}
 	}
+	// The "run" part of a multipart create is read as strictly as a JSON
+	// body, and says what is wrong the same way.
+	for _, tc := range []struct{ name, part, want string }{
+		{"multipart unknown field", `{"input":"x","agnet":{}}`, "see /openapi.json"},
+		{"multipart trailing data", `{"input":"x"} {"input":"y"}`, "data after the JSON object"},
+		{"multipart wrong type", `{"input":3}`, "must be string"},
+	} {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		fw, _ := mw.CreateFormField("run")
+		fw.Write([]byte(tc.part))
+		mw.Close()
+		req, _ := http.NewRequest("POST", ts.URL+"/v1/runs", &body)
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), tc.want) {
+			t.Errorf("%s: %d %s, want 400 with %q", tc.name, resp.StatusCode, b, tc.want)
+		}
+	}
 	var list api.RunList
 	ts.must(t, 200, "GET", "/v1/runs", key, nil, &list)
 	var sbs api.SandboxList

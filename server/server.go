@@ -386,12 +386,7 @@ var errQuota = errors.New("quota exceeded")
 // types and bodies over the limit are 4xx errors that say what to fix.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON object")
-	}
+	err := decodeJSON(r.Body, v)
 	if err == nil {
 		return true
 	}
@@ -402,6 +397,18 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, jsonMessage(err))
 	return false
+}
+
+// decodeJSON reads one JSON object from r into v, refusing unknown
+// fields and anything after the object.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the JSON object")
+	}
+	return err
 }
 
 // jsonMessage says what is wrong with a JSON body that did not decode.
