@@ -18,6 +18,11 @@ type cachedStore struct {
 	store.Store
 	mu   sync.Mutex
 	recs map[string]store.Sandbox
+	// epoch counts writes. A read that missed caches what it read only
+	// if no write came between its store read and now: otherwise it may
+	// hold a record the write replaced or deleted, and caching that would
+	// serve it until the next write.
+	epoch uint64
 }
 
 func newCachedStore(st store.Store) *cachedStore {
@@ -35,13 +40,18 @@ func (c *cachedStore) GetSandbox(ctx context.Context, teamID, id string) (store.
 		}
 		return rec, nil
 	}
+	c.mu.Lock()
+	epoch := c.epoch
+	c.mu.Unlock()
 	rec, err := c.Store.GetSandbox(ctx, teamID, id)
 	if err == nil {
 		c.mu.Lock()
-		if len(c.recs) > 100000 {
-			clear(c.recs)
+		if c.epoch == epoch {
+			if len(c.recs) > 100000 {
+				clear(c.recs)
+			}
+			c.recs[id] = rec
 		}
-		c.recs[id] = rec
 		c.mu.Unlock()
 	}
 	return rec, err
@@ -50,7 +60,7 @@ func (c *cachedStore) GetSandbox(ctx context.Context, teamID, id string) (store.
 func (c *cachedStore) PutSandbox(ctx context.Context, s store.Sandbox) error {
 	c.forget(s.ID)
 	err := c.Store.PutSandbox(ctx, s)
-	c.forget(s.ID) // a read racing the write may have cached the old one
+	c.forget(s.ID)
 	return err
 }
 
@@ -75,9 +85,12 @@ func (c *cachedStore) TouchSandbox(ctx context.Context, id string, t time.Time) 
 	return err
 }
 
+// forget drops id's record and, as every write calls it before and
+// after writing, keeps a read that overlaps the write from caching.
 func (c *cachedStore) forget(id string) {
 	c.mu.Lock()
 	delete(c.recs, id)
+	c.epoch++
 	c.mu.Unlock()
 }
 
