@@ -116,7 +116,7 @@ func (s *Server) daemonProxy(id, network, address, token string, rewrite func(ou
 			rewrite(out, pr.In)
 			// The daemon runs inside the sandbox: no Cove credential
 			// (a key, the UI's session cookie) goes in (ports.go).
-			stripCredentials(out, "")
+			stripCredentials(out)
 			out.Header.Del(guest.AccessTokenHeader)
 			if token != "" {
 				out.Header.Set(guest.AccessTokenHeader, token)

@@ -51,7 +51,7 @@ import (
 // No Cove credential reaches an app (stripCredentials): an
 // Authorization, X-API-Key or any other header, query parameter or
 // cookie carrying a Cove key, the UI's session cookie, the port token,
-// E2B's traffic token and the sandbox's envd token are taken out, on
+// E2B's traffic token and envd tokens (X-Access-Token) are taken out, on
 // every route, HTTP and WebSocket alike. An app's own Authorization
 // (one that is not a Cove key) passes: an app behind a port may have
 // its own sign-in.
@@ -383,7 +383,6 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, sess sandbox.Session, port int, prefix string,
 	portErr func(w http.ResponseWriter, r *http.Request, status int, code, msg string)) {
 	id := rec.ID
-	envdToken := rec.Spec.Labels[e2bEnvdTokenLabel]
 	end := s.begin(id)
 	defer end()
 	// dialErr keeps the cause of a failed dial: the transport's wrapping
@@ -405,7 +404,7 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, rec store.S
 			// The app sees the host name the client used (as most
 			// proxies do), and never a Cove credential.
 			out.Host = pr.In.Host
-			stripCredentials(out, envdToken)
+			stripCredentials(out)
 			pr.SetXForwarded()
 		},
 		Transport: &http.Transport{
@@ -489,17 +488,19 @@ var (
 
 // stripCredentials takes every Cove credential out of a request to an
 // app: the port's token (header, query parameter, cookie), the UI's
-// session cookie, E2B's traffic token, the sandbox's envd token, and any
+// session cookie and CSRF header, E2B's traffic token, an envd token
+// (X-Access-Token, envd's header: apps cannot have it), and any
 // header, query parameter or cookie that carries a Cove key (Basic
 // credentials decoded). The query and the cookies are edited as text so
 // the rest of them reach the app byte for byte; an Authorization that
 // is not a Cove key is the app's and passes.
-func stripCredentials(out *http.Request, envdToken string) {
+func stripCredentials(out *http.Request) {
 	out.Header.Del(portTokenHeader)
 	out.Header.Del(e2bTrafficTokenHeader)
-	if envdToken != "" && tokenEqual(out.Header.Get(guest.AccessTokenHeader), envdToken) {
-		out.Header.Del(guest.AccessTokenHeader)
-	}
+	out.Header.Del(csrfHeader)
+	// envd's token header (and the daemon's): whichever sandbox's token
+	// it carries, it is not the app's.
+	out.Header.Del(guest.AccessTokenHeader)
 	for name, vs := range out.Header {
 		if name == "Cookie" {
 			continue
