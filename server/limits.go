@@ -105,6 +105,9 @@ func DefaultMaxConns() int {
 // refused connection costs no handshake.
 func (s *Server) HTTPServer(l net.Listener, lim Limits) (*http.Server, net.Listener) {
 	lim = lim.withDefaults()
+	s.log.Info("connection limits", "max_conns", lim.MaxConns, "max_conns_per_client", lim.MaxConnsPerClient,
+		"read_header_timeout", lim.ReadHeaderTimeout, "idle_timeout", lim.IdleTimeout, "read_timeout", lim.ReadTimeout,
+		"write_timeout", lim.WriteTimeout, "trusted_proxies", len(lim.TrustedProxies))
 	cl := &connLimiter{Listener: l, lim: lim, log: s.log, byClient: map[netip.Addr]int{}, requests: map[netip.Addr]int{}}
 	hs := &http.Server{
 		Handler:           cl.handler(s.Handler()),
