@@ -65,8 +65,9 @@ func HashKey(secret string) string {
 
 // keyFrom reads the key of a request: "Authorization: Bearer cove_...",
 // or X-API-Key as E2B's clients send it. A WebSocket handshake may carry
-// it as ?access_token= instead, since a browser cannot set headers on
-// one; nothing else takes a key from the URL, where logs would keep it.
+// it as ?access_token= instead, for clients that cannot set headers on
+// one (the web UI signs in with a cookie instead, session.go); nothing
+// else takes a key from the URL, where logs would keep it.
 func keyFrom(r *http.Request) string {
 	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return strings.TrimSpace(v)
@@ -80,15 +81,29 @@ func keyFrom(r *http.Request) string {
 	return ""
 }
 
-// authed wraps a handler with API key authentication.
+// authed wraps a /v1 handler with authentication: the request's key, or
+// else the web UI's session cookie (session.go).
 func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status := http.StatusUnauthorized
+		code := api.CodeUnauthorized
 		c, msg, err := s.authenticate(r)
+		if c == nil && err == nil && keyFrom(r) == "" {
+			var st int
+			var m string
+			var ok bool
+			if c, st, m, ok, err = s.sessionCaller(r); ok && c == nil {
+				status, msg = st, m
+				if st == http.StatusForbidden {
+					code = api.CodeForbidden
+				}
+			}
+		}
 		switch {
 		case err != nil:
 			s.fail(w, r, err)
 		case c == nil:
-			writeError(w, r, http.StatusUnauthorized, api.CodeUnauthorized, msg)
+			writeError(w, r, status, code, msg)
 		default:
 			h(w, r, c)
 		}
@@ -99,7 +114,11 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c *caller
 // without a valid key gets a nil caller and a message that says why; err
 // is for a store that failed.
 func (s *Server) authenticate(r *http.Request) (c *caller, msg string, err error) {
-	secret := keyFrom(r)
+	return s.callerOf(r, keyFrom(r))
+}
+
+// callerOf is authenticate for a key's secret.
+func (s *Server) callerOf(r *http.Request, secret string) (c *caller, msg string, err error) {
 	if secret == "" {
 		return nil, "no API key: send Authorization: Bearer cove_... (cove key create makes one)", nil
 	}

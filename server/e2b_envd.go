@@ -58,6 +58,10 @@ func (s *Server) serveE2BByHeader(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	r.Pattern = e2bSandboxIDHeader // a bounded route label for metrics
+	// Served on the UI's host, as /p/ is: sandboxed (ports.go). A
+	// browser cannot navigate with these headers, but a page's fetch
+	// could be made to.
+	r = onUIOrigin(w, r, "")
 	if id == "" || p == "" {
 		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, "missing header: send both E2b-Sandbox-Id and E2b-Sandbox-Port")
 		return true
@@ -286,7 +290,7 @@ func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.
 		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
 		return
 	}
-	s.forwardPort(w, r, rec.ID, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
+	s.forwardPort(w, r, rec, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
 		if status == http.StatusBadGateway && strings.HasPrefix(msg, "nothing is listening") {
 			msg = "The sandbox is running but port is not open: " + msg
 		}

@@ -114,6 +114,9 @@ func (s *Server) daemonProxy(id, network, address, token string, rewrite func(ou
 			out.URL.Scheme, out.URL.Host = "http", "guest"
 			out.Host = ""
 			rewrite(out, pr.In)
+			// The daemon runs inside the sandbox: no Cove credential
+			// (a key, the UI's session cookie) goes in (ports.go).
+			stripCredentials(out)
 			out.Header.Del(guest.AccessTokenHeader)
 			if token != "" {
 				out.Header.Set(guest.AccessTokenHeader, token)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,10 +14,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
+	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/api"
 	"github.com/cove-sandbox/cove/store"
@@ -34,6 +37,25 @@ import (
 // The token, whichever way it came, is taken out of the request before
 // it reaches the app, so the app cannot leak it.
 //
+// A sandbox's page is the tenant's code, so it never runs with the web
+// UI's origin. A host name {port}-{id}.{domain} is an origin of its own
+// (the recommended form). The path form /p/{id}/{port}/ is on the UI's
+// host, so every response of it carries Content-Security-Policy: sandbox
+// without allow-same-origin: the page runs with an opaque origin, and
+// cannot read the UI's storage or cookies, call /v1 as the user, or
+// read another sandbox's pages; it cannot register a service worker
+// either. Headers that would act on the whole origin (Clear-Site-Data,
+// Strict-Transport-Security, Alt-Svc, reporting, ...) are dropped, and
+// the app's cookies are kept to its own path prefix (onUIOrigin).
+//
+// No Cove credential reaches an app (stripCredentials): an
+// Authorization, X-API-Key or any other header, query parameter or
+// cookie carrying a Cove key, the UI's session cookie, the port token,
+// E2B's traffic token and envd tokens (X-Access-Token) are taken out, on
+// every route, HTTP and WebSocket alike. An app's own Authorization
+// (one that is not a Cove key) passes: an app behind a port may have
+// its own sign-in.
+//
 // Each proxied request dials the port afresh through the sandbox's
 // daemon (Session.DialPort); no connection is pooled, so nothing stale
 // outlives a stop, a resume or a delete. WebSocket and other Upgrade
@@ -46,7 +68,19 @@ const (
 	portTokenQuery  = "cove_token"
 	// portCookie keeps the token in a browser after the first request.
 	portCookie = "cove_port_token"
+	// sandboxCSP makes a sandbox's page served on the UI's origin run
+	// with an opaque origin (no allow-same-origin), while scripts,
+	// forms, popups, downloads and dialogs still work.
+	sandboxCSP = "sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-downloads " +
+		"allow-modals allow-pointer-lock allow-presentation allow-orientation-lock"
 )
+
+// originWideHeaders are response headers that act on a whole origin
+// (its storage, transport, reports, service workers), not on the
+// response: an app served on the UI's origin may not send them.
+var originWideHeaders = []string{"Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc", "NEL", "Report-To",
+	"Reporting-Endpoints", "Service-Worker-Allowed", "Accept-CH", "Critical-CH", "Origin-Agent-Cluster", "Expect-CT",
+	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Set-Login", "Supports-Loading-Mode"}
 
 func (s *Server) portRoutes() {
 	s.handle("POST /v1/sandboxes/{id}/ports/{port}", s.exposePort)
@@ -185,16 +219,63 @@ func (s *Server) unexposePort(w http.ResponseWriter, r *http.Request, c *caller)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// servePortByPath proxies /p/{id}/{port}/{rest...} to /{rest...}.
+// servePortByPath proxies /p/{id}/{port}/{rest...} to /{rest...}, on
+// the UI's origin: sandboxed.
 func (s *Server) servePortByPath(w http.ResponseWriter, r *http.Request) {
 	id, portStr := r.PathValue("id"), r.PathValue("port")
+	prefix := "/p/" + id + "/" + portStr
+	r = onUIOrigin(w, r, prefix)
 	port, err := portNumber(portStr)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	prefix := "/p/" + id + "/" + portStr
+	if r.Header.Get("Service-Worker") != "" {
+		// Belt and braces: an opaque origin cannot register one.
+		writeError(w, r, http.StatusForbidden, api.CodeForbidden,
+			"a service worker cannot be registered under /p/; serve the app on its own host name (cove serve --domain)")
+		return
+	}
 	s.proxyPort(w, r, id, port, prefix, prefix+"/")
+}
+
+// uiOriginKey marks a request for a sandbox served on the UI's origin;
+// its value is the path prefix the app's cookies are kept to.
+type uiOriginKey struct{}
+
+// onUIOrigin sets the headers that keep a sandbox's response, whatever
+// it is (the app's, or an error), from acting with the UI's origin, and
+// marks r so the proxy guards the app's own headers (guardUIOrigin).
+func onUIOrigin(w http.ResponseWriter, r *http.Request, cookiePrefix string) *http.Request {
+	h := w.Header()
+	h.Set("Content-Security-Policy", sandboxCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	return r.WithContext(context.WithValue(r.Context(), uiOriginKey{}, cookiePrefix))
+}
+
+// guardUIOrigin edits an app's response served on the UI's origin:
+// headers that act on the whole origin go, and cookies are kept to the
+// app's path prefix on this host (no Domain), so none reaches the UI
+// (and none is named as Cove's own).
+func guardUIOrigin(resp *http.Response, prefix string) {
+	for _, h := range originWideHeaders {
+		resp.Header.Del(h)
+	}
+	lines := resp.Header.Values("Set-Cookie")
+	resp.Header.Del("Set-Cookie")
+	for _, line := range lines {
+		ck, err := http.ParseSetCookie(line)
+		if err != nil || ck.Name == sessionCookie || ck.Name == portCookie {
+			continue
+		}
+		ck.Domain = ""
+		if prefix != "" && strings.HasPrefix(ck.Path, "/") && ck.Path != prefix && !strings.HasPrefix(ck.Path, prefix+"/") {
+			ck.Path = prefix + ck.Path
+		}
+		if v := ck.String(); v != "" {
+			resp.Header.Add("Set-Cookie", v)
+		}
+	}
 }
 
 // servePortByHost proxies requests for {port}-{id}.{domain}; false when
@@ -290,7 +371,7 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 		http.SetCookie(w, &http.Cookie{Name: portCookie, Value: p.Token, Path: cookiePath, HttpOnly: true,
 			Secure: r.TLS != nil || strings.HasPrefix(s.cfg.BaseURL, "https:"), SameSite: http.SameSiteLaxMode})
 	}
-	s.forwardPort(w, r, id, sess, port, prefix, func(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	s.forwardPort(w, r, rec, sess, port, prefix, func(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
 		writeError(w, r, status, code, msg)
 	})
 }
@@ -299,8 +380,9 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 // dialed through its session, with prefix taken off the path; the
 // caller has checked that it may. Failures are answered through
 // portErr with a status, a Cove error code and a message.
-func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, id string, sess sandbox.Session, port int, prefix string,
+func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, sess sandbox.Session, port int, prefix string,
 	portErr func(w http.ResponseWriter, r *http.Request, status int, code, msg string)) {
+	id := rec.ID
 	end := s.begin(id)
 	defer end()
 	// dialErr keeps the cause of a failed dial: the transport's wrapping
@@ -320,9 +402,9 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, id string, 
 				out.Header.Set("X-Forwarded-Prefix", prefix)
 			}
 			// The app sees the host name the client used (as most
-			// proxies do), and never the port's token.
+			// proxies do), and never a Cove credential.
 			out.Host = pr.In.Host
-			stripPortToken(out)
+			stripCredentials(out)
 			pr.SetXForwarded()
 		},
 		Transport: &http.Transport{
@@ -338,6 +420,12 @@ func (s *Server) forwardPort(w http.ResponseWriter, r *http.Request, id string, 
 		},
 		// Stream as the app writes: server-sent events, long polls.
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if p, ok := r.Context().Value(uiOriginKey{}).(string); ok {
+				guardUIOrigin(resp, p)
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client left
@@ -391,30 +479,74 @@ func portTokenGiven(r *http.Request) bool {
 	return r.Header.Get(portTokenHeader) != "" || r.URL.Query().Has(portTokenQuery) || len(r.CookiesNamed(portCookie)) > 0
 }
 
-// stripPortToken takes the token's header, query parameter and cookie
-// out of a request to an app. The query and the cookies are edited as
-// text so the rest of them reach the app byte for byte.
-func stripPortToken(out *http.Request) {
+// coveKey matches a Cove API key's secret (NewKeySecret's two forms) in
+// a header or a cookie; wholeKey matches a query parameter that is one.
+var (
+	coveKey  = regexp.MustCompile(`\b(?:cove_[0-9a-f]{48}|e2b_[0-9a-f]{40})\b`)
+	wholeKey = regexp.MustCompile(`^(?:cove_[0-9a-f]{48}|e2b_[0-9a-f]{40})$`)
+)
+
+// stripCredentials takes every Cove credential out of a request to an
+// app: the port's token (header, query parameter, cookie), the UI's
+// session cookie and CSRF header, E2B's traffic token, an envd token
+// (X-Access-Token, envd's header: apps cannot have it), and any
+// header, query parameter or cookie that carries a Cove key (Basic
+// credentials decoded). The query and the cookies are edited as text so
+// the rest of them reach the app byte for byte; an Authorization that
+// is not a Cove key is the app's and passes.
+func stripCredentials(out *http.Request) {
 	out.Header.Del(portTokenHeader)
-	if strings.Contains(out.URL.RawQuery, portTokenQuery) {
-		out.URL.RawQuery = dropParts(out.URL.RawQuery, "&", func(part string) bool {
-			k, _, _ := strings.Cut(part, "=")
+	out.Header.Del(e2bTrafficTokenHeader)
+	out.Header.Del(csrfHeader)
+	// envd's token header (and the daemon's): whichever sandbox's token
+	// it carries, it is not the app's.
+	out.Header.Del(guest.AccessTokenHeader)
+	for name, vs := range out.Header {
+		if name == "Cookie" {
+			continue
+		}
+		for _, v := range vs {
+			if coveKey.MatchString(v) || basicCarriesKey(v) {
+				out.Header.Del(name)
+				break
+			}
+		}
+	}
+	if q := out.URL.RawQuery; strings.Contains(q, portTokenQuery) || strings.Contains(q, "cove_") || strings.Contains(q, "e2b_") {
+		out.URL.RawQuery = dropParts(q, "&", func(part string) bool {
+			k, v, _ := strings.Cut(part, "=")
 			k, err := url.QueryUnescape(k)
-			return err == nil && k == portTokenQuery
+			if err == nil && k == portTokenQuery {
+				return true
+			}
+			v, err = url.QueryUnescape(v)
+			return err == nil && wholeKey.MatchString(v)
 		})
 	}
 	if cs := out.Header.Values("Cookie"); len(cs) > 0 {
 		out.Header.Del("Cookie")
 		for _, c := range cs {
 			c = dropParts(c, ";", func(part string) bool {
-				name, _, _ := strings.Cut(part, "=")
-				return strings.TrimSpace(name) == portCookie
+				name, value, _ := strings.Cut(part, "=")
+				name = strings.TrimSpace(name)
+				return name == portCookie || name == sessionCookie || coveKey.MatchString(value)
 			})
 			if strings.TrimSpace(c) != "" {
 				out.Header.Add("Cookie", strings.TrimSpace(c))
 			}
 		}
 	}
+}
+
+// basicCarriesKey reports whether v is Basic credentials with a Cove key
+// as the user name or password.
+func basicCarriesKey(v string) bool {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	return err == nil && coveKey.Match(b)
 }
 
 // dropParts splits s on sep and joins again the parts drop refuses.

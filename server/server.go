@@ -183,6 +183,7 @@ func (s *Server) routes() {
 	s.e2bRoutes()
 	s.runRoutes()
 	s.secretRoutes()
+	s.sessionRoutes()
 	s.uiRoutes()
 }
 

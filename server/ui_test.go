@@ -421,7 +421,7 @@ func TestUIBrowser(t *testing.T) {
 	// Sign-out forgets the key.
 	b.signIn(ts.teamKey(t, "ui"))
 	b.click("#signout")
-	b.wait("the sign-in page", `location.hash === '#/signin' && !sessionStorage.getItem('cove.apiKey')`)
+	b.wait("the sign-in page", `location.hash === '#/signin' && !sessionStorage.getItem('cove.session') && !localStorage.getItem('cove.session')`)
 }
 
 // TestUIBrowserChat runs an agent from the chat page against the fake

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	modelBase := fs.String("model-base-url", os.Getenv("OPENAI_BASE_URL"), "the model endpoint of agent runs (POST /v1/runs), OpenAI-compatible; its key is $OPENAI_API_KEY and is sent nowhere else ($OPENAI_BASE_URL; default OpenAI)")
 	model := fs.String("model", os.Getenv("COVE_MODEL"), "model of agent runs that name none ($COVE_MODEL; default gpt-5.1 at OpenAI)")
 	modelAPI := fs.String("model-api", "", `"responses" or "chat" for --model-base-url (default: responses for OpenAI, chat otherwise)`)
+	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest wait for a request's headers (and a TLS handshake)")
+	idleTimeout := fs.Duration("idle-timeout", 90*time.Second, "close a keep-alive connection after this long without a request")
+	readTimeout := fs.Duration("read-timeout", 60*time.Second, "longest a request body may stall (no byte arriving); a slow upload that keeps moving is not cut")
+	writeTimeout := fs.Duration("write-timeout", 60*time.Second, "longest a write to a client may block (the client not reading); a quiet stream is not cut")
+	maxPerClient := fs.Int("max-conns-per-client", 256, "most connections open at once from one client address (an IPv6 /64); 0: no cap")
+	maxConns := fs.Int("max-conns", 0, "most connections open at once in all (default: half the open-file limit)")
+	trustedProxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDRs of reverse proxies in front of the server: their X-Forwarded-For names the client for --max-conns-per-client (ignored from anyone else)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -64,6 +72,36 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if (*certFile == "") != (*keyFile == "") {
 		fmt.Fprintln(stderr, "cove serve: give both --tls-cert and --tls-key, or neither")
 		return ErrUsage
+	}
+	limits := server.Limits{ReadHeaderTimeout: *readHeaderTimeout, IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout,
+		WriteTimeout: *writeTimeout, MaxConnsPerClient: *maxPerClient, MaxConns: *maxConns}
+	if *maxPerClient == 0 {
+		limits.MaxConnsPerClient = -1
+	}
+	for _, d := range []time.Duration{*readHeaderTimeout, *idleTimeout, *readTimeout, *writeTimeout} {
+		if d <= 0 {
+			fmt.Fprintln(stderr, "cove serve: timeouts must be positive")
+			return ErrUsage
+		}
+	}
+	if *maxPerClient < 0 || *maxConns < 0 {
+		fmt.Fprintln(stderr, "cove serve: --max-conns and --max-conns-per-client must not be negative")
+		return ErrUsage
+	}
+	for _, p := range strings.Split(*trustedProxies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				fmt.Fprintf(stderr, "cove serve: --trusted-proxies: %q is neither an address nor a CIDR\n", p)
+				return ErrUsage
+			}
+			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		limits.TrustedProxies = append(limits.TrustedProxies, pfx.Masked())
 	}
 	var handler slog.Handler
 	switch *logFormat {
@@ -142,7 +180,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rt.WaitPool()
 		rt.DrainPool(context.WithoutCancel(ctx))
 	}()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
+	// Timeouts and connection caps (server.Limits): the listener counts
+	// connections below TLS, so a refused one costs no handshake.
+	hs, l := srv.HTTPServer(l, limits)
+	hs.ErrorLog = slog.NewLogLogger(handler, slog.LevelWarn)
 	if *certFile != "" {
 		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 		if err != nil {

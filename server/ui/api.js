@@ -1,23 +1,71 @@
-// The client of the Cove API (/v1) on this server: the key, JSON calls,
-// errors as thrown APIErrors, and readers of the two stream formats
-// (NDJSON exec streams, Server-Sent Events of runs).
+// The client of the Cove API (/v1) on this server: the session, JSON
+// calls, errors as thrown APIErrors, and readers of the two stream
+// formats (NDJSON exec streams, Server-Sent Events of runs).
 
-const keyName = 'cove.apiKey';
+const sessionName = 'cove.session';
 
-// The key lives in sessionStorage (this tab, until it closes), or in
-// localStorage when the user asked to stay signed in.
-export function getKey() {
-  return sessionStorage.getItem(keyName) || localStorage.getItem(keyName) || '';
+// The API key never stays in the page: signIn posts it once, and the
+// server answers with a cookie scripts cannot read (HttpOnly, sent only
+// to /v1) and a CSRF token, which every request sends back in the
+// X-Cove-CSRF header (the cookie alone is refused). The token and who
+// signed in (the key's prefix and team, not the key) are kept in
+// sessionStorage (this tab, until it closes), or in localStorage when
+// the user asked to stay signed in, as long as the cookie lasts.
+export function getSession() {
+  const raw = sessionStorage.getItem(sessionName) || localStorage.getItem(sessionName);
+  if (!raw) return null;
+  try {
+    const s = JSON.parse(raw);
+    if (!s.csrf || (s.expires_at && Date.parse(s.expires_at) < Date.now())) return null;
+    return s;
+  } catch {
+    return null;
+  }
 }
 
-export function setKey(key, remember) {
-  clearKey();
-  (remember ? localStorage : sessionStorage).setItem(keyName, key);
+function csrfToken() {
+  const s = getSession();
+  return s ? s.csrf : '';
 }
 
-export function clearKey() {
-  sessionStorage.removeItem(keyName);
-  localStorage.removeItem(keyName);
+// wsURL is the URL of a WebSocket on this server: a handshake cannot
+// carry headers, so the CSRF token goes in the query (worth nothing
+// without the cookie, which the browser adds).
+export function wsURL(path, params) {
+  const proto = location.protocol === 'https:' ? 'wss' : 'ws';
+  return `${proto}://${location.host}${path}?${new URLSearchParams({...params, csrf: csrfToken()})}`;
+}
+
+// pendingSignOut is the last sign-out's request: a sign-in waits for it,
+// or its answer (clearing the cookie) could land after the new one.
+let pendingSignOut = Promise.resolve();
+
+// signIn checks the key with the server and starts a session; it throws
+// an APIError when the key is refused.
+export async function signIn(key, remember) {
+  await pendingSignOut;
+  const resp = await request('POST', '/v1/session', {body: {key, remember}, anonymous: true});
+  const s = await resp.json();
+  forgetSession();
+  (remember ? localStorage : sessionStorage).setItem(sessionName, JSON.stringify({
+    csrf: s.csrf, expires_at: s.expires_at, prefix: s.key.prefix, team: s.key.team, admin: !!s.key.admin,
+  }));
+  return s;
+}
+
+// signOut ends the session: the page forgets its token at once, and
+// the server clears the cookie (best effort: offline, the cookie is
+// useless without the token and expires by itself).
+export function signOut() {
+  const req = request('DELETE', '/v1/session', {anonymous: true}).catch(() => {});
+  forgetSession();
+  pendingSignOut = req;
+  return req;
+}
+
+export function forgetSession() {
+  sessionStorage.removeItem(sessionName);
+  localStorage.removeItem(sessionName);
 }
 
 // APIError is a failed request: the server's {code, message,
@@ -43,13 +91,15 @@ async function errorOf(resp) {
   return new APIError(resp.status, '', `${resp.status} ${resp.statusText}${detail ? ': ' + detail : ''}`, resp.headers.get('X-Request-Id'));
 }
 
-// request sends a request with the key and returns the response when it
-// is a success; it throws an APIError otherwise. opts: body (an object
-// is sent as JSON; a Blob, File or string as is), headers, signal, key.
+// request sends a request in the session and returns the response when
+// it is a success; it throws an APIError otherwise. opts: body (an
+// object is sent as JSON; a Blob, File or string as is), headers,
+// signal, anonymous (a sign-in or sign-out: no session expected).
 export async function request(method, path, opts = {}) {
   const headers = {...(opts.headers || {})};
-  const key = opts.key ?? getKey();
-  if (key) headers.Authorization = `Bearer ${key}`;
+  // Sign-in and sign-out send the header too: its presence proves the
+  // request is this page's, not a form posted by another site.
+  headers['X-Cove-CSRF'] = csrfToken() || '-';
   let body = opts.body;
   if (body !== undefined && body !== null && !(body instanceof Blob) && typeof body !== 'string' && !(body instanceof ArrayBuffer)) {
     body = JSON.stringify(body);
@@ -57,7 +107,7 @@ export async function request(method, path, opts = {}) {
   }
   let resp;
   try {
-    resp = await fetch(path, {method, headers, body, signal: opts.signal, cache: 'no-store'});
+    resp = await fetch(path, {method, headers, body, signal: opts.signal, cache: 'no-store', credentials: 'same-origin'});
   } catch (e) {
     if (e.name === 'AbortError') throw e;
     throw new APIError(0, 'network', `cannot reach the Cove server (${e.message}); check that it is running, then try again`);
@@ -67,7 +117,7 @@ export async function request(method, path, opts = {}) {
     // The page moved on while the body was read (a sign-out, say): the
     // caller is gone, and a half-read error is no message to show.
     if (opts.signal && opts.signal.aborted) throw new DOMException('the request was aborted', 'AbortError');
-    if (resp.status === 401 && !opts.key) window.dispatchEvent(new CustomEvent('cove:unauthorized', {detail: err}));
+    if (resp.status === 401 && !opts.anonymous) window.dispatchEvent(new CustomEvent('cove:unauthorized', {detail: err}));
     throw err;
   }
   return resp;

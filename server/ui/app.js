@@ -2,7 +2,7 @@
 // fresh <main> and an AbortSignal that ends when the user leaves it, so
 // its streams and timers stop with it.
 
-import {APIError, api, clearKey, getKey, setKey} from './api.js';
+import {APIError, getSession, signIn, signOut as endSession} from './api.js';
 import {busy, clearError, h, showError, showNotice} from './dom.js';
 import {sandboxesView, sandboxView} from './sandboxes.js';
 import {chatView, runView} from './chat.js';
@@ -56,7 +56,7 @@ async function render() {
   }
   const {path, params} = parseHash();
   const r = routes.find((r) => r.re.test(path));
-  const signedIn = !!getKey();
+  const signedIn = !!getSession();
   updateChrome(signedIn, r && r.nav);
   if (!signedIn && !(r && r.public)) {
     sessionStorage.setItem('cove.next', location.hash || '#/sandboxes');
@@ -91,8 +91,8 @@ async function render() {
 function updateChrome(signedIn, nav) {
   document.getElementById('nav').hidden = !signedIn;
   document.getElementById('who').hidden = !signedIn;
-  const key = getKey();
-  document.getElementById('who-key').textContent = key ? `key ${key.slice(0, 11)}…` : '';
+  const sess = getSession();
+  document.getElementById('who-key').textContent = sess ? `key ${sess.prefix}… · team ${sess.team}` : '';
   for (const a of document.querySelectorAll('#nav a')) {
     if (a.dataset.nav === nav) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
@@ -125,8 +125,8 @@ function signInView(ctx) {
     }
     await busy(submit, 'Signing in…', async () => {
       try {
-        await api('GET', '/v1/sandboxes?limit=1', {key});
-        setKey(key, remember.checked);
+        await signIn(key, remember.checked);
+        input.value = '';
         const next = sessionStorage.getItem('cove.next');
         sessionStorage.removeItem('cove.next');
         go(next && next !== '#/signin' ? next : '#/sandboxes');
@@ -144,7 +144,8 @@ function signInView(ctx) {
 }
 
 function signOut(reason) {
-  clearKey();
+  // The server is told (it clears the cookie); the page leaves at once.
+  endSession();
   updateChrome(false);
   carried = reason || null;
   go('#/signin');
@@ -152,9 +153,10 @@ function signOut(reason) {
 
 document.getElementById('signout').addEventListener('click', () => signOut());
 
-// A key revoked while signed in: back to the sign-in page, saying why.
+// A key revoked (or a session ended) while signed in: back to the
+// sign-in page, saying why.
 window.addEventListener('cove:unauthorized', (e) => {
-  if (!getKey()) return;
+  if (!getSession()) return;
   sessionStorage.setItem('cove.next', location.hash);
   signOut(new APIError(401, 'unauthorized', `Your API key was refused (${e.detail.message}); sign in again`));
 });

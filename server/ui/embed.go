@@ -2,8 +2,9 @@
 // HTML, CSS and JavaScript modules, embedded in the binary and served as
 // written. There is no build step and nothing is fetched from elsewhere,
 // so the UI works on a machine with no internet and `go build` needs no
-// Node. The app talks only to the server's /v1 API, with the API key the
-// user signs in with.
+// Node. The app talks only to the server's /v1 API, in the session the
+// user signs in to with an API key (an HttpOnly cookie: no script, the
+// app's own included, ever holds the key after the sign-in).
 package ui
 
 import (
@@ -61,6 +62,9 @@ func Handler() http.Handler {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
+		// A window a sandbox's page opens on the UI gets no handle on
+		// it, nor it on the sandbox's page.
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("ETag", etag)
 		http.ServeContent(w, r, name, time.Time{}, f.(io.ReadSeeker))

@@ -1,9 +1,10 @@
 // An interactive terminal over the PTY WebSocket
-// (GET /v1/sandboxes/{id}/pty?access_token=KEY). A small screen model:
+// (GET /v1/sandboxes/{id}/pty, signed in by the session's cookie and
+// CSRF token). A small screen model:
 // enough for a shell, line editing, colours and simple full-screen
 // redraws; it is not a complete VT100.
 
-import {getKey} from './api.js';
+import {wsURL} from './api.js';
 import {h, showError} from './dom.js';
 import {Style, maxPending, sequenceEnd} from './ansi.js';
 
@@ -223,9 +224,7 @@ export function terminalPanel(ctx, sb) {
     const {cols, rows} = size();
     scr = new Screen(cols, rows);
     hist.replaceChildren();
-    const proto = location.protocol === 'https:' ? 'wss' : 'ws';
-    const url = `${proto}://${location.host}/v1/sandboxes/${encodeURIComponent(sb.id)}/pty?${new URLSearchParams({access_token: getKey(), cols, rows})}`;
-    ws = new WebSocket(url);
+    ws = new WebSocket(wsURL(`/v1/sandboxes/${encodeURIComponent(sb.id)}/pty`, {cols, rows}));
     ws.binaryType = 'arraybuffer';
     connect.disabled = true;
     state.textContent = 'Connecting…';
