@@ -390,6 +390,32 @@ func TestTemplateLinksStayInside(t *testing.T) {
 	v.check(t, "after a template with a hostile user")
 }
 
+// TestTemplateRelativeLinks: relative links in a template resolve as the
+// kernel resolves them inside the sandbox ("a/.." climbs from where a
+// leads; ".." above the root stays at the root), never from the host
+// directory the template lives in.
+func TestTemplateRelativeLinks(t *testing.T) {
+	v := newVictim(t)
+	lower := hostLikeLower(t, map[string]string{
+		"a":         "x/y",
+		"home":      "a/../h2",
+		"workspace": strings.Repeat("../", 20) + v.dir[1:] + "/ws",
+	})
+	if err := os.MkdirAll(filepath.Join(lower, "x/y"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := privateRuntime(t, linkTree{Rootfs{Lower: lower, Binds: []string{"/usr"}, Env: map[string]string{"PATH": sbdirPath}}}, false)
+	s, err := rt.Create(context.Background(), sandbox.Spec{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	v.check(t, "after create")
+	out := execAs(t, rt, s.ID(), "", fmt.Sprintf("stat -c '%%n %%u' /x/h2/user %s/ws; test -w /workspace && test -w /home/user && echo writable", v.dir))
+	if want := fmt.Sprintf("/x/h2/user 1000\n%s/ws 1000\nwritable\n", v.dir); out != want {
+		t.Errorf("inside: %q, want %q", out, want)
+	}
+}
+
 // sbdirPath is the PATH of the test templates.
 const sbdirPath = "/usr/local/bin:/usr/bin:/bin"
 

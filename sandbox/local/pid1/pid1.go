@@ -270,49 +270,92 @@ func attach(m hostMount, target string, attrs uint64) error {
 	return nil
 }
 
-// mkdirAll makes dir and its missing parents inside the sandbox (pid 1 is
-// past pivot_root), following symlinks as the sandbox's own processes
-// would: a link whose target is missing gets its target made, as a
-// directory. made says whether dir itself (or the target it links to)
-// was made now.
+// mkdirAll makes dir and its missing parents inside the sandbox (pid 1
+// is past pivot_root), resolving symlinks as the kernel would for any of
+// the sandbox's processes, one component at a time: a link whose target
+// is missing gets its target made, as a directory. made says whether the
+// directory dir names was made now.
 func mkdirAll(dir string, mode os.FileMode) (made bool, err error) {
-	hops := 0
-	return mkdirAllLinks(dir, mode, &hops)
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer func() { unix.Close(fd) }()
+	fail := func(err error) (bool, error) { return false, &os.PathError{Op: "mkdir", Path: dir, Err: err} }
+	rest := strings.Split(dir, "/")
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		made = false
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && name != ".." {
+			perm := uint32(0o755)
+			if len(rest) == 0 {
+				perm = uint32(mode.Perm())
+			}
+			merr := unix.Mkdirat(fd, name, perm)
+			if merr != nil && !errors.Is(merr, unix.EEXIST) {
+				return fail(merr)
+			}
+			made = merr == nil
+			next, err = unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil {
+			unix.Close(next)
+			return fail(err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			unix.Close(fd)
+			fd = next
+		case unix.S_IFLNK:
+			target, err := readlinkFD(next)
+			unix.Close(next)
+			if err != nil {
+				return fail(err)
+			}
+			if hops++; hops > 40 {
+				return fail(unix.ELOOP)
+			}
+			if strings.HasPrefix(target, "/") {
+				root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return fail(err)
+				}
+				unix.Close(fd)
+				fd = root
+			}
+			// The link's components take its place; a relative one
+			// goes on from the directory that holds the link.
+			rest = append(strings.Split(target, "/"), rest...)
+		default:
+			unix.Close(next)
+			return fail(unix.ENOTDIR)
+		}
+	}
+	return made, nil
 }
 
-func mkdirAllLinks(dir string, mode os.FileMode, hops *int) (bool, error) {
-	fi, err := os.Stat(dir)
-	if err == nil {
-		if !fi.IsDir() {
-			return false, &os.PathError{Op: "mkdir", Path: dir, Err: unix.ENOTDIR}
+// readlinkFD reads the target of the symlink an O_PATH|O_NOFOLLOW
+// descriptor holds.
+func readlinkFD(fd int) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(fd, "", buf)
+		if err != nil {
+			return "", err
 		}
-		return false, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return false, err
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if _, err := mkdirAllLinks(parent, 0o755, hops); err != nil {
-			return false, err
+		if n < size {
+			return string(buf[:n]), nil
 		}
 	}
-	err = os.Mkdir(dir, mode)
-	if err == nil || !errors.Is(err, os.ErrExist) {
-		return err == nil, err
-	}
-	// A link to nowhere: make where it points.
-	target, lerr := os.Readlink(dir)
-	if lerr != nil {
-		return false, err
-	}
-	if *hops++; *hops > 40 {
-		return false, &os.PathError{Op: "mkdir", Path: dir, Err: unix.ELOOP}
-	}
-	if !filepath.IsAbs(target) {
-		target = filepath.Join(parent, target)
-	}
-	return mkdirAllLinks(target, mode, hops)
 }
 
 // ownDir makes dir (the workspace or the user's home) if it is missing
