@@ -545,12 +545,14 @@ mkdir -p /var/tmp && ln -s %[1]s /var/tmp/v`, v.dir))
 		}
 		forks = append(forks, f.ID())
 		v.check(t, "after a fork")
-		out := asRoot(t, rt, f.ID(), "cd /workspace; readlink file dir deep/a/b; cat file dir/keep sw/keep 2>&1 || true; find / -xdev -name keep -type f 2>/dev/null || true")
-		if strings.Contains(out, victimData) || strings.Contains(out, "keep\n") && !strings.Contains(out, v.dir+"/keep\n") {
-			t.Errorf("the fork holds the host file: %q", out)
+		links := asRoot(t, rt, f.ID(), "cd /workspace; readlink file dir deep/a/b up")
+		if want := fmt.Sprintf("%[1]s/keep\n%[1]s\n%[1]s\n../../../../../../..%[1]s\n", v.dir); links != want {
+			t.Errorf("the fork's links: %q, want them as they were, %q", links, want)
 		}
-		if !strings.Contains(out, v.dir+"/keep\n"+v.dir+"\n"+v.dir+"\n") {
-			t.Errorf("the fork's links: %q, want them as they were", out)
+		// No host file came along: not through the links, not through
+		// the directory swapped for a link during the copy.
+		if out := asRoot(t, rt, f.ID(), "cd /workspace; cat file dir/keep sw/keep up/keep 2>/dev/null; find / -xdev -name keep 2>/dev/null; true"); out != "" {
+			t.Errorf("the fork holds the host's file: %q", out)
 		}
 	}
 	for _, id := range append(forks, s.ID()) {
