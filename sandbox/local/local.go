@@ -600,8 +600,9 @@ func (r *Runtime) destroy(ctx context.Context, id string) error {
 }
 
 // detachMountsUnder detaches every mount at or below dir except the one
-// on keep (and keeps the mounts above keep's), deepest first, and
-// returns an error wrapping sandbox.ErrState if any is left.
+// on keep, deepest first, and returns an error if any is left: one for
+// the operator (it names the host path), so no sentinel a front door
+// would show a tenant.
 func detachMountsUnder(dir, keep string) error {
 	for range 3 {
 		mounts := mountsUnder(dir, keep)
@@ -613,7 +614,7 @@ func detachMountsUnder(dir, keep string) error {
 		}
 	}
 	if mounts := mountsUnder(dir, keep); len(mounts) > 0 {
-		return fmt.Errorf("%s is still mounted and cannot be detached; not deleting through it: %w", mounts[0], sandbox.ErrState)
+		return fmt.Errorf("%s is still mounted and cannot be detached; not deleting through it", mounts[0])
 	}
 	return nil
 }
