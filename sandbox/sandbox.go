@@ -351,12 +351,20 @@ type Archiver interface {
 }
 
 // Normalize fills a spec's defaults (Root: DefaultRoot) and checks what
-// every runtime needs: an absolute, clean workspace root below /, valid
+// every runtime needs: an absolute, clean workspace root below /, a user
+// name from the POSIX portable set (see ValidUserName) or none, valid
 // environment variable names, non-negative limits and TTL. Errors wrap
 // ErrInvalid and say what to change. Runtimes call it first in Create.
 func (s *Spec) Normalize() error {
 	if s.Root == "" {
 		s.Root = DefaultRoot
+	}
+	// A runtime may make the user's home from the name (/home/NAME): a
+	// name with "/" or ".." would lead that out of the sandbox.
+	if s.User != "" {
+		if err := ValidUserName(s.User); err != nil {
+			return err
+		}
 	}
 	if !strings.HasPrefix(s.Root, "/") {
 		return fmt.Errorf("workspace root %q: want an absolute path such as %s: %w", s.Root, DefaultRoot, ErrInvalid)
@@ -374,6 +382,28 @@ func (s *Spec) Normalize() error {
 	l := s.Limits
 	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || s.TTL < 0 {
 		return fmt.Errorf("negative limit or TTL in %+v (ttl %s): limits are 0 (none) or positive: %w", l, s.TTL, ErrInvalid)
+	}
+	return nil
+}
+
+// MaxUserNameLen is the longest user name a sandbox may run as (the
+// limit of Linux's useradd and of utmp records).
+const MaxUserNameLen = 32
+
+// ValidUserName returns nil if name can name a sandbox's user: 1 to
+// MaxUserNameLen characters of the POSIX portable filename set (letters,
+// digits, '.', '_', '-'), not starting with '-', and neither "." nor "..".
+// A numeric name is a uid. Anything else is an error wrapping ErrInvalid
+// that says what is allowed; it does not repeat the name, which may look
+// like a path.
+func ValidUserName(name string) error {
+	ok := name != "" && len(name) <= MaxUserNameLen && name[0] != '-' && name != "." && name != ".."
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("user name: use 1 to %d letters, digits, '.', '_' or '-', not starting with '-' and not \".\" or \"..\" (a user of the sandbox such as user or root, or a numeric uid): %w", MaxUserNameLen, ErrInvalid)
 	}
 	return nil
 }

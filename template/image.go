@@ -427,6 +427,9 @@ func (a *archive) applyConfig(img *image, name string) error {
 	if c.Architecture != "" && c.Architecture != runtime.GOARCH {
 		return fmt.Errorf("the image is for %s; this machine runs %s: %w", c.Architecture, runtime.GOARCH, sandbox.ErrInvalid)
 	}
+	if err := checkImageUser(c.Config.User); err != nil {
+		return err
+	}
 	cfg := Config{Workdir: c.Config.WorkingDir, User: c.Config.User}
 	for _, kv := range c.Config.Env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -439,6 +442,24 @@ func (a *archive) applyConfig(img *image, name string) error {
 		cfg.Env[k] = v
 	}
 	img.config = cfg
+	return nil
+}
+
+// checkImageUser vets an image config's User ("name", "uid", or either
+// with ":group"): each part is a user or group name (sandbox's rules for
+// user names), since a runtime may build a path from it (the user's home).
+func checkImageUser(u string) error {
+	if u == "" {
+		return nil
+	}
+	name, group, hasGroup := strings.Cut(u, ":")
+	err := sandbox.ValidUserName(name)
+	if err == nil && hasGroup {
+		err = sandbox.ValidUserName(group)
+	}
+	if err != nil {
+		return fmt.Errorf("the image's config names the user %q: a user and group must each be a %w", u, err)
+	}
 	return nil
 }
 

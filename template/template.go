@@ -55,8 +55,10 @@ type Config struct {
 	// Workdir is the default working directory, "" for the runtime's
 	// (the workspace root).
 	Workdir string `json:"workdir,omitempty"`
-	// User is the default user (a name or uid[:gid]), "" for the
-	// runtime's unprivileged `user`, uid 1000.
+	// User is the default user (a name or uid, optionally followed by
+	// ":group", each in the portable set of sandbox.ValidUserName), ""
+	// for the runtime's unprivileged `user`, uid 1000. Runtimes use the
+	// user part; the group comes from the sandbox's /etc/passwd.
 	User string `json:"user,omitempty"`
 }
 

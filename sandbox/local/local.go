@@ -10,16 +10,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -241,9 +245,15 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 	if err != nil {
 		return nil, fmt.Errorf("template %q: %w", tmplName, err)
 	}
-	user := spec.User
-	if user == "" {
-		user = rootfs.User
+	user := spec.User // checked by Normalize
+	if user == "" && rootfs.User != "" {
+		// An image's "user:group": the group comes from the sandbox's
+		// /etc/passwd. A store made before templates were checked may
+		// hold any name: pid 1 makes /home/NAME from it.
+		user, _, _ = strings.Cut(rootfs.User, ":")
+		if err := sandbox.ValidUserName(user); err != nil {
+			return nil, fmt.Errorf("template %q names a default user that cannot be used; import it again: %w", tmplName, err)
+		}
 	}
 	if user == "" {
 		user = "user"
@@ -561,18 +571,136 @@ func (r *Runtime) destroy(ctx context.Context, id string) error {
 			}
 		}
 	}
-	// A mount left on rootfs (a crash mid-start) would make RemoveAll
-	// walk into the template; the disk must go before its directory.
-	syscall.Unmount(filepath.Join(dir, "rootfs"), syscall.MNT_DETACH)
-	if d, err := disk.Open(filepath.Join(dir, "disk")); err == nil {
-		if err := d.Remove(); err != nil {
+	// Nothing may stay mounted under the directory when it is deleted:
+	// RemoveAll would delete through a mount into what it shows (the
+	// template under an overlay left on rootfs by a start cut short, a
+	// host directory bound somewhere in the disk). The capped disk's own
+	// mount is the disk's to undo, and the disk must go before its
+	// directory.
+	d, err := disk.Open(filepath.Join(dir, "disk"))
+	own := ""
+	if err == nil && d.Limit() != 0 {
+		own = filepath.Dir(d.Upper())
+	}
+	if err := detachMountsUnder(dir, own); err != nil {
+		return fmt.Errorf("deleting sandbox %q: %w", id, err)
+	}
+	if d != nil {
+		if err := removeClearingFlags(dir, d.Remove); err != nil {
 			return fmt.Errorf("deleting sandbox %q: %w", id, err)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := detachMountsUnder(dir, ""); err != nil {
+		return fmt.Errorf("deleting sandbox %q: %w", id, err)
+	}
+	if err := removeClearingFlags(dir, func() error { return os.RemoveAll(dir) }); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("deleting sandbox %q: %w", id, err)
 	}
 	return nil
+}
+
+// detachMountsUnder detaches every mount at or below dir except the one
+// on keep, deepest first, and returns an error if any is left: one for
+// the operator (it names the host path), so no sentinel a front door
+// would show a tenant.
+func detachMountsUnder(dir, keep string) error {
+	for range 3 {
+		mounts := mountsUnder(dir, keep)
+		if len(mounts) == 0 {
+			return nil
+		}
+		for i := len(mounts) - 1; i >= 0; i-- { // mountinfo lists parents first
+			syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+		}
+	}
+	if mounts := mountsUnder(dir, keep); len(mounts) > 0 {
+		return fmt.Errorf("%s is still mounted and cannot be detached; not deleting through it", mounts[0])
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points at or below dir, other than keep,
+// in mountinfo order.
+func mountsUnder(dir, keep string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if (mp == dir || strings.HasPrefix(mp, dir+"/")) && mp != keep {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Inode flags that stop a file from being deleted (<linux/fs.h>).
+const (
+	fsImmutable  = 0x10 // FS_IMMUTABLE_FL
+	fsAppendOnly = 0x20 // FS_APPEND_FL
+)
+
+// removeClearingFlags runs remove and, when it fails for lack of
+// permission (as root, that is an immutable or append-only file: a
+// template's, copied up into the disk), takes those flags off everything
+// under dir and runs it again.
+func removeClearingFlags(dir string, remove func() error) error {
+	err := remove()
+	if !errors.Is(err, syscall.EPERM) {
+		return err
+	}
+	clearFileFlags(dir)
+	return remove()
+}
+
+// clearFileFlags takes the immutable and append-only flags off the
+// directories and regular files under dir. It follows no link (nothing
+// is mounted under dir any more, and the sandbox is stopped: its disk
+// does not change meanwhile) and opens nothing else.
+func clearFileFlags(dir string) {
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !(e.IsDir() || e.Type().IsRegular()) {
+			return nil
+		}
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err != nil || fi.IsDir() != e.IsDir() {
+			return nil
+		}
+		flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+		if err == nil && flags&(fsImmutable|fsAppendOnly) != 0 {
+			unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags&^(fsImmutable|fsAppendOnly)))
+		}
+		return nil
+	})
 }
 
 // Processes returns the host pids of a running sandbox's supervisor and

@@ -450,11 +450,11 @@ func (d *Disk) Copy(ctx context.Context, dst string) (_ *Disk, err error) {
 	}()
 	nd := &Disk{dir: dst, limit: d.limit}
 	if d.limit == 0 {
-		// Upper dirs hold overlay whiteouts (0/0 character devices) and
-		// trusted.overlay.* xattrs: cp -a keeps both.
-		out, err := exec.CommandContext(ctx, "cp", "-a", "--sparse=always", "--reflink=auto", d.mnt(), nd.mnt()).CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("copying disk %s to %s: %w: %s", d.dir, dst, err, strings.TrimSpace(string(out)))
+		// The sandbox may be changing its upper dir meanwhile: copyTree
+		// follows none of its links (cp -a could, between its lstat and
+		// its opendir).
+		if err := copyUncapped(ctx, d, nd); err != nil {
+			return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, err)
 		}
 		return nd, nil
 	}

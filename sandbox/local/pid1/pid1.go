@@ -112,9 +112,23 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
-// buildRoot mounts the overlay root and its pseudo filesystems, then
-// pivots into it. It runs in the sandbox's own mount namespace: nothing
-// here is visible on the host, and everything goes when pid 1 exits.
+// buildRoot mounts the overlay root and its pseudo filesystems and pivots
+// into it. It runs in the sandbox's own mount namespace: nothing here is
+// visible on the host, and everything goes when pid 1 exits.
+//
+// Everything under the new root belongs to the sandbox: its upper dir is
+// the sandbox's own disk, which root inside may have filled with symlinks
+// at its last run, and its lower dir is a template, which a tenant may
+// have brought. A directory made or a mount placed by following such a
+// link before pivot_root would land on the host (a home linked to a host
+// directory would be created there and handed to the sandbox's user). So
+// buildRoot does nothing under the new root before pivot_root: it mounts
+// the overlay on the state directory's own rootfs, takes what the sandbox
+// gets from the host (the template's binds, the device nodes) as detached
+// mounts while the host is still in view, pivots, and only then makes
+// directories and mounts, by paths that now resolve inside the sandbox
+// the way any of its processes' paths do. A planted link leads somewhere
+// in the sandbox, never out.
 func buildRoot(cfg *sbdir.Init) error {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -125,32 +139,16 @@ func buildRoot(cfg *sbdir.Init) error {
 		return err
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.Lower, cfg.Upper, cfg.Work)
-	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+	// nodev: a device node in a template must not open the host's device
+	// (the runtime's /dev is a mount of its own).
+	if err := unix.Mount("overlay", root, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting the overlay (%s): %w", opts, err)
 	}
-	for _, b := range cfg.Binds {
-		if fi, err := os.Lstat(b); err != nil || !fi.IsDir() {
-			continue // absent, or a symlink the template already has
-		}
-		target := filepath.Join(root, b)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return err
-		}
-		if err := bindReadOnly(b, target, unix.MS_NODEV); err != nil {
-			return err
-		}
-	}
-	// The workspace and the user's home belong to the sandbox's user.
-	for _, d := range []string{cfg.Workspace, "/home/" + cfg.User} {
-		p := filepath.Join(root, d)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", d, err)
-		}
-		os.Chown(p, cfg.UID, cfg.GID)
-	}
-	if err := mountPseudo(root, cfg); err != nil {
+	host, err := takeHostMounts(cfg.Binds)
+	if err != nil {
 		return err
 	}
+	defer host.close()
 	// pivot_root(".", ".") stacks the old root on the new one; unmounting
 	// it detaches every host mount from this namespace.
 	if err := unix.Chdir(root); err != nil {
@@ -162,7 +160,232 @@ func buildRoot(cfg *sbdir.Init) error {
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detaching the host's root: %w", err)
 	}
-	return unix.Chdir("/")
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	// From here on every path is the sandbox's own.
+	for _, b := range host.binds {
+		if _, err := mkdirAll(b.path, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", b.path, err)
+		}
+		if err := attach(b, b.path, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+			return err
+		}
+	}
+	// The workspace and the user's home belong to the sandbox's user.
+	for _, d := range []string{cfg.Workspace, "/home/" + cfg.User} {
+		if err := ownDir(d, cfg.UID, cfg.GID); err != nil {
+			return err
+		}
+	}
+	return mountPseudo(cfg, host)
+}
+
+// hostMount is something of the host's, cloned as a detached mount before
+// pivot_root, to be attached at path inside the sandbox after it.
+type hostMount struct {
+	path string // the host's path, and where it goes inside
+	fd   int    // from open_tree(OPEN_TREE_CLONE)
+}
+
+type hostMounts struct {
+	binds   []hostMount // the template's directories, bound read-only
+	devices []hostMount // /dev/null and friends
+}
+
+// devices are the host's device nodes every sandbox's /dev gets.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// takeHostMounts clones what the sandbox gets from the host while the
+// host's paths are in view: the template's bind directories (with their
+// submounts) and the device nodes. Bind directories that the host lacks,
+// or has as symlinks (the template has the same link), are left out.
+func takeHostMounts(binds []string) (*hostMounts, error) {
+	h := &hostMounts{}
+	clone := func(p string, flags uint) (hostMount, error) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW|flags)
+		if err != nil {
+			return hostMount{}, fmt.Errorf("taking the host's %s for the sandbox: %w", p, err)
+		}
+		return hostMount{path: p, fd: fd}, nil
+	}
+	for _, b := range binds {
+		if fi, err := os.Lstat(b); err != nil || !fi.IsDir() {
+			continue
+		}
+		m, err := clone(b, unix.AT_RECURSIVE)
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+		h.binds = append(h.binds, m)
+	}
+	for _, n := range devices {
+		m, err := clone("/dev/"+n, 0)
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+		h.devices = append(h.devices, m)
+	}
+	return h, nil
+}
+
+func (h *hostMounts) close() {
+	for _, m := range append(h.binds, h.devices...) {
+		unix.Close(m.fd)
+	}
+}
+
+// attach mounts a cloned host mount at target (a path inside the sandbox,
+// after pivot_root), with attrs (MOUNT_ATTR_*) set on it and every mount
+// beneath it. Kernels before 5.12 lack mount_setattr: there the attrs are
+// set on the top mount only, by a remount.
+func attach(m hostMount, target string, attrs uint64) error {
+	recursive := true
+	if attrs != 0 {
+		err := unix.MountSetattr(m.fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attrs})
+		if errors.Is(err, unix.ENOSYS) {
+			recursive = false
+		} else if err != nil {
+			return fmt.Errorf("making the host's %s read-only: %w", m.path, err)
+		}
+	}
+	// T_SYMLINKS: a target that is a symlink is followed, as mount(2)
+	// does, inside the sandbox.
+	if err := unix.MoveMount(m.fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
+		return fmt.Errorf("mounting the host's %s on %s: %w", m.path, target, err)
+	}
+	if !recursive {
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT)
+		for attr, flag := range map[uint64]uintptr{unix.MOUNT_ATTR_RDONLY: unix.MS_RDONLY, unix.MOUNT_ATTR_NOSUID: unix.MS_NOSUID, unix.MOUNT_ATTR_NODEV: unix.MS_NODEV, unix.MOUNT_ATTR_NOEXEC: unix.MS_NOEXEC} {
+			if attrs&attr != 0 {
+				flags |= flag
+			}
+		}
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("making the host's %s read-only: %w", m.path, err)
+		}
+	}
+	return nil
+}
+
+// mkdirAll makes dir and its missing parents inside the sandbox (pid 1
+// is past pivot_root), resolving symlinks as the kernel would for any of
+// the sandbox's processes, one component at a time: a link whose target
+// is missing gets its target made, as a directory. made says whether the
+// directory dir names was made now.
+func mkdirAll(dir string, mode os.FileMode) (made bool, err error) {
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer func() { unix.Close(fd) }()
+	fail := func(err error) (bool, error) { return false, &os.PathError{Op: "mkdir", Path: dir, Err: err} }
+	rest := strings.Split(dir, "/")
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		made = false
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && name != ".." {
+			perm := uint32(0o755)
+			if len(rest) == 0 {
+				perm = uint32(mode.Perm())
+			}
+			merr := unix.Mkdirat(fd, name, perm)
+			if merr != nil && !errors.Is(merr, unix.EEXIST) {
+				return fail(merr)
+			}
+			made = merr == nil
+			next, err = unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil {
+			unix.Close(next)
+			return fail(err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			unix.Close(fd)
+			fd = next
+		case unix.S_IFLNK:
+			target, err := readlinkFD(next)
+			unix.Close(next)
+			if err != nil {
+				return fail(err)
+			}
+			if hops++; hops > 40 {
+				return fail(unix.ELOOP)
+			}
+			if strings.HasPrefix(target, "/") {
+				root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return fail(err)
+				}
+				unix.Close(fd)
+				fd = root
+			}
+			// The link's components take its place; a relative one
+			// goes on from the directory that holds the link.
+			rest = append(strings.Split(target, "/"), rest...)
+		default:
+			unix.Close(next)
+			return fail(unix.ENOTDIR)
+		}
+	}
+	return made, nil
+}
+
+// readlinkFD reads the target of the symlink an O_PATH|O_NOFOLLOW
+// descriptor holds.
+func readlinkFD(fd int) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(fd, "", buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+// ownDir makes dir (the workspace or the user's home) if it is missing
+// and gives it to uid:gid. A directory that pid 1 finds already there
+// only through a symlink keeps its owner: the link (the sandbox's or its
+// template's) leads somewhere inside the sandbox, but not necessarily to
+// a place its user should own.
+func ownDir(dir string, uid, gid int) error {
+	made, err := mkdirAll(dir, 0o755)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	if !made && linkOnPath(dir) {
+		return nil
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return fmt.Errorf("giving %s to the sandbox's user: %w", dir, err)
+	}
+	return nil
+}
+
+// linkOnPath reports whether any component of the absolute path p is a
+// symlink.
+func linkOnPath(p string) bool {
+	for cur := p; cur != "/"; cur = filepath.Dir(cur) {
+		if fi, err := os.Lstat(cur); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func bindReadOnly(src, target string, extra uintptr) error {
@@ -176,23 +399,50 @@ func bindReadOnly(src, target string, extra uintptr) error {
 	return nil
 }
 
-// mountPseudo gives the new root a fresh /proc (with the kernel's knobs
-// read-only and its secrets masked), a minimal /dev and a private /tmp.
-func mountPseudo(root string, cfg *sbdir.Init) error {
-	mk := func(p string, mode os.FileMode) error { return os.MkdirAll(filepath.Join(root, p), mode) }
-	for _, d := range []string{"proc", "dev", "tmp", "sys", "run"} {
-		if err := mk(d, 0o755); err != nil {
+// mountPseudo gives the sandbox (pid 1 is past pivot_root) a minimal /dev
+// with the host's device nodes in h, a fresh /proc (with the kernel's
+// knobs read-only and its secrets masked) and private /tmp and /run.
+func mountPseudo(cfg *sbdir.Init, h *hostMounts) error {
+	for _, d := range []string{"/proc", "/dev", "/tmp", "/sys", "/run"} {
+		if _, err := mkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return fmt.Errorf("mounting /dev: %w", err)
+	}
+	// /dev is a fresh tmpfs: what is made below is made there.
+	for _, d := range h.devices {
+		if err := os.WriteFile(d.path, nil, 0o666); err != nil {
+			return err
+		}
+		if err := attach(d, d.path, 0); err != nil {
 			return err
 		}
 	}
-	proc := filepath.Join(root, "proc")
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	os.Mkdir("/dev/pts", 0o755)
+	if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return fmt.Errorf("mounting /dev/pts: %w", err)
+	}
+	os.Mkdir("/dev/shm", 0o1777)
+	if err := unix.Mount("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
+		return fmt.Errorf("mounting /dev/shm: %w", err)
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		os.Symlink(target, "/dev/"+name)
+	}
+
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
 	// As runc does: knobs that reach the host kernel are read-only, and
-	// files that expose host memory or devices are hidden.
+	// files that expose host memory or devices are hidden. The paths are
+	// the kernel's, in the fresh /proc.
 	for _, p := range []string{"sys", "sysrq-trigger", "irq", "bus", "fs"} {
-		t := filepath.Join(proc, p)
+		t := "/proc/" + p
 		if _, err := os.Lstat(t); err == nil {
 			if err := bindReadOnly(t, t, unix.MS_NOEXEC|unix.MS_NODEV); err != nil {
 				return err
@@ -200,55 +450,26 @@ func mountPseudo(root string, cfg *sbdir.Init) error {
 		}
 	}
 	for _, p := range []string{"kcore", "keys", "timer_list", "sched_debug", "kallsyms", "kmsg", "latency_stats"} {
-		t := filepath.Join(proc, p)
+		t := "/proc/" + p
 		if _, err := os.Lstat(t); err == nil {
 			unix.Mount("/dev/null", t, "", unix.MS_BIND, "")
 		}
 	}
 	for _, p := range []string{"acpi", "scsi"} {
-		t := filepath.Join(proc, p)
+		t := "/proc/" + p
 		if _, err := os.Lstat(t); err == nil {
 			unix.Mount("tmpfs", t, "tmpfs", unix.MS_RDONLY, "size=0")
 		}
 	}
 
-	dev := filepath.Join(root, "dev")
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
-		return fmt.Errorf("mounting /dev: %w", err)
-	}
-	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		t := filepath.Join(dev, n)
-		if err := os.WriteFile(t, nil, 0o666); err != nil {
-			return err
-		}
-		if err := unix.Mount("/dev/"+n, t, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("binding /dev/%s: %w", n, err)
-		}
-	}
-	pts := filepath.Join(dev, "pts")
-	os.MkdirAll(pts, 0o755)
-	if err := unix.Mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
-		return fmt.Errorf("mounting /dev/pts: %w", err)
-	}
-	shm := filepath.Join(dev, "shm")
-	os.MkdirAll(shm, 0o1777)
-	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
-		return fmt.Errorf("mounting /dev/shm: %w", err)
-	}
-	for name, target := range map[string]string{
-		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
-		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
-	} {
-		os.Symlink(target, filepath.Join(dev, name))
-	}
 	size := cfg.TmpSize
 	if size == "" {
 		size = "512m"
 	}
-	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+size); err != nil {
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+size); err != nil {
 		return fmt.Errorf("mounting /tmp: %w", err)
 	}
-	if err := unix.Mount("tmpfs", filepath.Join(root, "run"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
+	if err := unix.Mount("tmpfs", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755,size=16m"); err != nil {
 		return fmt.Errorf("mounting /run: %w", err)
 	}
 	return nil
