@@ -292,7 +292,11 @@ func (s *Server) applyManifest(ctx context.Context, id string, sess sandbox.Sess
 		// Host paths in a tenant's manifest would read the server's own
 		// files: local_file and local_dir are confined to an empty
 		// directory, which refuses them.
-		err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir()})
+		// git_repo entries: https only, to addresses the outbound
+		// policy allows, never the server's own disk (egress.go).
+		err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir(), Git: manifest.GitPolicy{
+			Schemes: []string{"https"}, CheckAddr: s.egress.check, Resolve: s.egress.lookup,
+		}})
 	}
 	if err != nil {
 		s.remove(ctx, id)

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,16 @@ type Config struct {
 	// SecretKey seals team secrets (32 bytes); nil means the key in
 	// DataDir/secret.key, made on first start.
 	SecretKey []byte
+	// OutboundAllow lists the non-public targets the server may connect
+	// to on a tenant's behalf (a run's agent.base_url, webhooks, a
+	// manifest's git_repo): CIDRs, addresses or host names, an address or
+	// name with an optional ":port". Loopback, private, link-local,
+	// multicast and other non-public addresses are refused otherwise;
+	// cloud metadata endpoints always are (egress.go).
+	OutboundAllow []string
+	// LookupHost resolves host names for those connections; nil is the
+	// system resolver (tests name their own).
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // Prices are USD per unit of metered use.
@@ -121,6 +132,8 @@ type Server struct {
 
 	// runs are the agent runs in memory (runs.go).
 	runs *runHub
+	// egress vets connections made for tenants (egress.go).
+	egress *egress
 	// secretOnce loads the key that seals team secrets (secrets.go).
 	secretOnce sync.Once
 	sealer     cipher.AEAD
@@ -159,10 +172,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	out, err := newEgress(cfg.OutboundAllow, cfg.LookupHost)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Store = newCachedStore(cfg.Store)
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub()}
+		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub(), egress: out}
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
