@@ -69,6 +69,10 @@ type Config struct {
 	// LookupHost resolves host names for those connections; nil is the
 	// system resolver (tests name their own).
 	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+	// MaxPids is the largest pids limit a create may ask for (8192);
+	// AllowUnlimitedPids lets a create ask for none (pids -1).
+	MaxPids            int
+	AllowUnlimitedPids bool
 }
 
 // Prices are USD per unit of metered use.
@@ -170,6 +174,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.MaxPids == 0 {
+		cfg.MaxPids = defaultMaxPids
+	}
+	if cfg.MaxPids < api.MinPids {
+		return nil, fmt.Errorf("server: the largest pids limit %d is below the smallest a sandbox can run with, %d: %w", cfg.MaxPids, api.MinPids, sandbox.ErrInvalid)
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	out, err := newEgress(cfg.OutboundAllow, cfg.LookupHost)

@@ -56,6 +56,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	modelAPI := fs.String("model-api", "", `"responses" or "chat" for --model-base-url (default: responses for OpenAI, chat otherwise)`)
 	var outboundAllow multiFlag
 	fs.Var(&outboundAllow, "outbound-allow", "a non-public target the server may connect to for tenants (a run's agent.base_url, webhooks, git_repo clones): CIDR, address or host name, an address or name with an optional :port, e.g. 127.0.0.1:11434 for a local Ollama; comma-separated or repeated (default: public addresses only; cloud metadata never)")
+	maxPids := fs.Int("max-pids", 8192, "the largest pids limit (processes and threads) a sandbox create may ask for")
+	unlimitedPids := fs.Bool("allow-unlimited-pids", false, "let creates ask for no pids limit (pids -1)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -118,7 +120,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Runtime: rt, Store: st, DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
 		DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
 		Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
-		OutboundAllow: splitList(outboundAllow),
+		OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,
 	})
 	if err != nil {
 		l.Close()
