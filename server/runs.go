@@ -422,7 +422,12 @@ func (s *Server) runSegment(ctx context.Context, lr *liveRun, do segment) (*agen
 		MaxTurns: cfg.Agent.MaxTurns,
 		Sandbox:  &agent.SandboxRunConfig{Session: sess},
 		Prices:   s.cfg.Model.Prices,
-		OnEvent:  func(e agent.Event) { lr.emit(runEvent{Event: e}) },
+		OnEvent: func(e agent.Event) {
+			if e.Error != "" {
+				e.Error = s.tenantText(e.Error)
+			}
+			lr.emit(runEvent{Event: e})
+		},
 		OnCheckpoint: func(st *agent.RunState) {
 			data, err := json.Marshal(st)
 			if err != nil {
@@ -480,7 +485,7 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 	case errors.Is(cause, errRunCancelled):
 		status, msg = api.RunCancelled, cancelledByUser
 	case err != nil:
-		status, msg = api.RunFailed, err.Error()
+		status, msg = api.RunFailed, s.tenantText(err.Error())
 	case len(lr.sum.Approvals) > 0:
 		status = api.RunWaiting
 	default:

@@ -387,9 +387,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) failure(r *http.Request, err error) (status int, code, msg string) {
 	status, code = statusOf(err)
 	msg = err.Error()
-	if status == http.StatusInternalServerError {
+	switch {
+	case status == http.StatusInternalServerError:
 		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; quote request id " + requestID(r)
+	case status == http.StatusServiceUnavailable || s.hostDetail(msg):
+		// The runtime's and the daemon's words: host paths, log
+		// lines (hostdetail.go).
+		s.log.Warn("a failure's detail kept from the tenant", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		msg = publicMessage(status, code) + "; quote request id " + requestID(r)
 	}
 	return status, code, msg
 }
