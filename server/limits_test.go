@@ -153,3 +153,26 @@ func (ts *testServer) exec(t *testing.T, key, id, script string) string {
 	}
 	return out.String()
 }
+
+// TestOpenAPIDocumentsLimits: the OpenAPI document gives each field's
+// range and policy, and every documented field exists.
+func TestOpenAPIDocumentsLimits(t *testing.T) {
+	doc := buildOpenAPI()
+	schemas := doc["components"].(map[string]any)["schemas"].(map[string]any)
+	for key := range fieldDocs {
+		typ, field, _ := strings.Cut(key, ".")
+		s, ok := schemas[typ].(map[string]any)
+		if !ok {
+			t.Errorf("fieldDocs names %s, which is not a schema", typ)
+			continue
+		}
+		p, ok := s["properties"].(map[string]any)[field].(map[string]any)
+		if !ok || p["description"] == nil {
+			t.Errorf("%s has no documented property %s", typ, field)
+		}
+	}
+	pids := schemas["CreateSandbox"].(map[string]any)["properties"].(map[string]any)["pids"].(map[string]any)
+	if pids["type"] != "integer" || !strings.Contains(pids["description"].(string), "--max-pids") {
+		t.Errorf("CreateSandbox.pids = %v", pids)
+	}
+}
