@@ -286,3 +286,37 @@ func TestEgressPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestManifestGitEgress: a tenant's git_repo is cloned only over https
+// from a public address: the server's loopback, cloud metadata, a name
+// that resolves to loopback, other transports and the server's own disk
+// are a 400, and the sandbox made for the manifest is gone.
+func TestManifestGitEgress(t *testing.T) {
+	ts := newTestServer(t, Config{LookupHost: func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "git.example.com" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return nil, fmt.Errorf("no such host %s", host)
+	}})
+	key := ts.teamKey(t, "tenant")
+	for _, tc := range []struct{ repo, want string }{
+		{"https://127.0.0.1/o/r.git", "127.0.0.1 is a loopback address"},
+		{"https://[::1]:8443/o/r.git", "::1 is a loopback address"},
+		{"https://169.254.169.254/o/r.git", "cloud metadata endpoint"},
+		{"https://git.example.com/o/r.git", "git.example.com (127.0.0.1) is a loopback address"},
+		{"http://git.example.com/o/r.git", "http:// is not allowed here; clone from https://"},
+		{"ssh://git@git.example.com/o/r.git", "ssh:// is not allowed here"},
+		{"git://git.example.com/o/r.git", "git:// is not allowed here"},
+		{"file:///etc", "a path on the host is not allowed here"},
+		{"file://%zz/etc", "not a valid URL"},
+	} {
+		m := map[string]any{"entries": map[string]any{"repo": map[string]any{"type": "git_repo", "repo": tc.repo, "ref": "main"}}}
+		code, data := ts.call(t, "POST", "/v1/sandboxes", key, map[string]any{"manifest": m})
+		if code != 400 || !strings.Contains(apiError(t, data).Message, tc.want) {
+			t.Errorf("git_repo %s: %d %s, want 400 saying %q", tc.repo, code, data, tc.want)
+		}
+	}
+	if infos, _ := ts.Runtime.List(t.Context()); len(infos) != 0 {
+		t.Errorf("refused manifests left %d sandboxes", len(infos))
+	}
+}
