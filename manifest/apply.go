@@ -28,6 +28,11 @@ type ApplyOptions struct {
 	// GitCommand is the host git binary for git_repo entries; "" means
 	// "git" found on PATH.
 	GitCommand string
+	// Git says which git_repo URLs may be cloned and how far git may
+	// reach. The zero value suits a user's own manifest on their own
+	// machine; a server applying a tenant's manifest sets a strict one
+	// (see GitPolicy).
+	Git GitPolicy
 	// AdminUser runs the commands that need privileges in the sandbox
 	// (groupadd, useradd, usermod, chmod, chgrp); "" means "root".
 	AdminUser string

@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
 )
@@ -262,16 +267,214 @@ func (g GitRepo) URL() string {
 	return u
 }
 
-// localRepoPath returns the host path of a clone URL that is local (an
-// absolute path or file://), for BaseDir confinement.
-func localRepoPath(u string) (string, bool) {
-	if path.IsAbs(u) {
-		return u, true
+// GitPolicy is what Apply may do for git_repo entries. git runs on the
+// host, so a manifest that names a repository makes the host connect where
+// it says: whoever applies another party's manifest (a server applying a
+// tenant's) must say where that may be.
+//
+// Whatever the policy, git runs in a clean environment: no system or
+// global configuration, an empty HOME, no credential helper, no askpass
+// program or terminal prompt, no proxy from the environment, and only the
+// transports the policy allows (never ext:: or fd::, which run commands).
+// A clone URL that is neither an absolute path nor scheme://... (git's
+// helper syntax, scp-like host:path), that starts with "-", that holds a
+// control character, or that does not parse as a URL is refused.
+type GitPolicy struct {
+	// Schemes are the transports a clone may use: "https", "http", "git",
+	// "ssh", and "file" for a host path or file:// URL. nil allows all
+	// five (a user's own manifest on their own machine).
+	Schemes []string
+	// CheckAddr, when set, vets where git connects: Apply resolves the
+	// URL's host itself, calls CheckAddr with the host as written and each
+	// address with the port, and refuses the entry on any error. git is
+	// then pinned to the vetted addresses (curl's resolve list) and
+	// follows no redirect, so neither a DNS answer that changes between
+	// the check and the connection (rebinding) nor a redirect can take it
+	// elsewhere. Only https and http can be pinned: with CheckAddr set,
+	// other schemes are refused, and so is a user name or password in the
+	// URL (the clone carries no credentials).
+	CheckAddr func(host string, addr netip.AddrPort) error
+	// Resolve looks a host name up; nil is the system resolver.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// allGitSchemes are the transports a nil GitPolicy.Schemes allows.
+var allGitSchemes = []string{"https", "http", "ssh", "git", "file"}
+
+func (p GitPolicy) schemes() []string {
+	if p.Schemes == nil {
+		return allGitSchemes
 	}
-	if pu, err := url.Parse(u); err == nil && pu.Scheme == "file" {
-		return pu.Path, true
+	return p.Schemes
+}
+
+// urlScheme matches a URL scheme as RFC 3986 spells it.
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// dnsName is a host name that Go's URL parser and curl read alike.
+var dnsName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
+
+// gitTarget is a clone URL that passed the policy.
+type gitTarget struct {
+	url    string // what git is given
+	scheme string // the transport, lowercase; "file" for a host path
+	local  string // the host path, for file
+	// config are "-c" settings for every git command of the clone (the
+	// pinned addresses).
+	config []string
+}
+
+// checkGitURL checks the clone URL raw against the policy and returns
+// what to give git.
+func (a *applier) checkGitURL(ctx context.Context, raw string) (gitTarget, error) {
+	pol := a.opts.Git
+	refuse := func(format string, args ...any) (gitTarget, error) {
+		return gitTarget{}, fmt.Errorf("git repository %q: "+format+": %w", append(append([]any{raw}, args...), sandbox.ErrInvalid)...)
 	}
-	return "", false
+	switch {
+	case strings.HasPrefix(raw, "-"):
+		return refuse("a clone URL must not start with \"-\"")
+	case strings.ContainsFunc(raw, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return refuse("a clone URL must not contain control characters")
+	}
+	var t gitTarget
+	var u *url.URL
+	if path.IsAbs(raw) {
+		t.scheme, t.local = "file", raw
+	} else {
+		scheme, _, ok := strings.Cut(raw, "://")
+		if !ok || !urlScheme.MatchString(scheme) {
+			return refuse("give an https:// URL (git's transport helpers such as ext:: and fd::, and host:path addresses, are not accepted)")
+		}
+		var err error
+		if u, err = url.Parse(raw); err != nil || u.Opaque != "" {
+			// Go and git read URLs differently; one Go cannot read
+			// (file://%zz/...) could mean anything to git.
+			return refuse("not a valid URL")
+		}
+		t.scheme = strings.ToLower(u.Scheme)
+		if t.scheme == "file" {
+			if u.Host != "" && u.Host != "localhost" {
+				return refuse("a file:// URL names no host")
+			}
+			t.local = u.Path
+		}
+	}
+	allowed := pol.schemes()
+	if !slices.Contains(allowed, t.scheme) {
+		what := t.scheme + "://"
+		if t.scheme == "file" {
+			what = "a path on the host"
+		}
+		return refuse("%s is not allowed here; clone from %s", what, schemeList(allowed))
+	}
+	if t.scheme == "file" {
+		// A local repository is host data like a local_dir's src and
+		// is confined the same way. git gets the path that was
+		// checked, never a URL it might decode differently.
+		t.local = path.Clean(t.local)
+		if !path.IsAbs(t.local) {
+			return refuse("a file:// URL needs an absolute path")
+		}
+		if a.opts.BaseDir != "" {
+			p, err := a.resolveHost(t.local)
+			if err != nil {
+				return gitTarget{}, fmt.Errorf("git repository %s: %w", raw, err)
+			}
+			if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				return gitTarget{}, fmt.Errorf("git repository %s: %w", raw, errSymlink(p))
+			}
+			t.local = p
+		}
+		t.url = t.local
+		return t, nil
+	}
+	host := u.Hostname()
+	ip, ipErr := netip.ParseAddr(host)
+	switch {
+	case host == "":
+		return refuse("the URL names no host")
+	case ipErr != nil && !dnsName.MatchString(host):
+		return refuse("host %q is not a host name or an IP address", host)
+	case ipErr == nil && ip.Zone() != "":
+		return refuse("an address with a zone is not accepted")
+	}
+	if pol.CheckAddr == nil {
+		t.url = raw
+		return t, nil
+	}
+	if t.scheme != "https" && t.scheme != "http" {
+		return refuse("only https:// can be cloned here")
+	}
+	if u.User != nil {
+		return refuse("credentials in the URL are not accepted: only public repositories can be cloned here")
+	}
+	port := 443
+	if t.scheme == "http" {
+		port = 80
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return refuse("port %q is out of range", p)
+		}
+		port = n
+	}
+	var addrs []netip.Addr
+	if ipErr == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		resolve := pol.Resolve
+		if resolve == nil {
+			resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		found, err := resolve(rctx, host)
+		cancel()
+		if err != nil || len(found) == 0 {
+			// The resolver's own message names the server's DNS
+			// server; the tenant needs only the host.
+			return refuse("the host %s could not be resolved", host)
+		}
+		addrs = found
+	}
+	pinned := make([]string, 0, len(addrs))
+	for _, ad := range addrs {
+		ad = ad.Unmap()
+		if err := pol.CheckAddr(host, netip.AddrPortFrom(ad, uint16(port))); err != nil {
+			return refuse("%v", err)
+		}
+		if ad.Is6() {
+			pinned = append(pinned, "["+ad.String()+"]")
+		} else {
+			pinned = append(pinned, ad.String())
+		}
+	}
+	if ipErr != nil {
+		t.config = append(t.config, fmt.Sprintf("http.curloptResolve=%s:%d:%s", host, port, strings.Join(pinned, ",")))
+	}
+	t.config = append(t.config, "http.followRedirects=false")
+	// Go's form of the URL: what was checked is what git reads.
+	t.url = u.String()
+	return t, nil
+}
+
+// schemeList says which transports a policy allows, for errors.
+func schemeList(schemes []string) string {
+	var out []string
+	for _, s := range schemes {
+		if s == "file" {
+			out = append(out, "host paths")
+		} else {
+			out = append(out, s+"://")
+		}
+	}
+	if len(out) == 0 {
+		return "nowhere (git_repo entries are turned off)"
+	}
+	return strings.Join(out, ", ")
 }
 
 // commitLike matches what may be a commit id, which only a fetch by id
@@ -281,16 +484,9 @@ var commitLike = regexp.MustCompile(`^[0-9a-fA-F]{7,64}$`)
 
 func (a *applier) gitRepo(ctx context.Context, dest string, g GitRepo) error {
 	u := g.URL()
-	if p, ok := localRepoPath(u); ok && a.opts.BaseDir != "" {
-		// A local repository is host data like a local_dir's src and is
-		// confined the same way.
-		p, err := a.resolveHost(p)
-		if err != nil {
-			return fmt.Errorf("git repository %s: %w", u, err)
-		}
-		if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return fmt.Errorf("git repository %s: %w", u, errSymlink(p))
-		}
+	target, err := a.checkGitURL(ctx, u)
+	if err != nil {
+		return err
 	}
 	git := a.opts.GitCommand
 	if git == "" {
@@ -305,10 +501,18 @@ func (a *applier) gitRepo(ctx context.Context, dest string, g GitRepo) error {
 		return fmt.Errorf("making a temporary directory for the clone: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	home := filepath.Join(tmp, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return fmt.Errorf("making a temporary directory for the clone: %w", err)
+	}
 	clone := filepath.Join(tmp, "repo")
+	gr := &gitRunner{git: gitPath, tmp: tmp, env: gitEnv(home, a.opts.Git.schemes()), config: target.config}
+	if !slices.Contains(a.opts.Git.schemes(), "file") {
+		gr.config = append(gr.config, "protocol.file.allow=never")
+	}
 
 	a.progress("cloning %s at %s", u, g.Ref)
-	if err := cloneRef(ctx, gitPath, u, g.Ref, clone); err != nil {
+	if err := gr.cloneRef(ctx, target.url, g.Ref, clone); err != nil {
 		return err
 	}
 
@@ -327,7 +531,7 @@ func (a *applier) gitRepo(ctx context.Context, dest string, g GitRepo) error {
 				if errors.Is(err, fs.ErrNotExist) {
 					return fmt.Errorf("subpath %q does not exist in %s at %s: %w", g.Subpath, u, g.Ref, sandbox.ErrNotFound)
 				}
-				return hostError(src, err)
+				return hidePath(hostError(src, err), clone, "the clone")
 			}
 			if fi.Mode()&fs.ModeSymlink != 0 {
 				return fmt.Errorf("subpath %q goes through a symlink in the repository; symlinks are refused: %w", g.Subpath, sandbox.ErrInvalid)
@@ -336,30 +540,57 @@ func (a *applier) gitRepo(ctx context.Context, dest string, g GitRepo) error {
 	}
 	tree, err := a.listTree(src, sub == "")
 	if err != nil {
-		return fmt.Errorf("checking out %s at %s: %w", u, g.Ref, err)
+		return fmt.Errorf("checking out %s at %s: %w", u, g.Ref, hidePath(err, clone, "the clone"))
 	}
 	a.progress("copying %s at %s to %s (%d files)", u, g.Ref, dest, tree.files)
 	if err := a.copyTree(ctx, src, tree, dest); err != nil {
-		return err
+		return hidePath(err, clone, "the clone")
 	}
 	return a.dirMeta(ctx, dest, g.Meta)
+}
+
+// hidePath keeps the host's temporary directory out of an error's message
+// (whoever applies a tenant's manifest shows the tenant its errors).
+func hidePath(err error, dir, as string) error {
+	if err == nil || !strings.Contains(err.Error(), dir) {
+		return err
+	}
+	return &renamedError{msg: strings.ReplaceAll(err.Error(), dir, as), err: err}
+}
+
+// renamedError is err with another message; errors.Is sees err.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
+
+// gitRunner runs the git commands of one clone.
+type gitRunner struct {
+	git string
+	// tmp is the clone's temporary directory, kept out of messages.
+	tmp    string
+	env    []string
+	config []string
 }
 
 // cloneRef checks out ref of the repository at u into dir, trying the
 // cheapest way first: a shallow fetch of a commit id, a shallow clone of a
 // branch or tag, and last a full clone (for abbreviated ids or servers
 // that refuse to serve a commit by id).
-func cloneRef(ctx context.Context, git, u, ref, dir string) error {
+func (g *gitRunner) cloneRef(ctx context.Context, u, ref, dir string) error {
 	if commitLike.MatchString(ref) {
-		err := runGit(ctx, git, "", "init", "-q", "--", dir)
+		err := g.run(ctx, "", "init", "-q", "--", dir)
 		if err == nil {
-			err = runGit(ctx, git, dir, "remote", "add", "origin", "--", u)
+			err = g.run(ctx, dir, "remote", "add", "origin", "--", u)
 		}
 		if err == nil {
-			err = runGit(ctx, git, dir, "fetch", "-q", "--depth", "1", "--no-tags", "origin", ref)
+			err = g.run(ctx, dir, "fetch", "-q", "--depth", "1", "--no-tags", "origin", ref)
 		}
 		if err == nil {
-			err = runGit(ctx, git, dir, "checkout", "-q", "--detach", "FETCH_HEAD", "--")
+			err = g.run(ctx, dir, "checkout", "-q", "--detach", "FETCH_HEAD", "--")
 		}
 		if err == nil {
 			return nil
@@ -368,7 +599,7 @@ func cloneRef(ctx context.Context, git, u, ref, dir string) error {
 			return err
 		}
 	}
-	shallowErr := runGit(ctx, git, "", "clone", "-q", "--depth", "1", "--no-tags", "--branch="+ref, "--", u, dir)
+	shallowErr := g.run(ctx, "", "clone", "-q", "--depth", "1", "--no-tags", "--branch="+ref, "--", u, dir)
 	if shallowErr == nil {
 		return nil
 	}
@@ -378,9 +609,9 @@ func cloneRef(ctx context.Context, git, u, ref, dir string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	err := runGit(ctx, git, "", "clone", "-q", "--no-checkout", "--", u, dir)
+	err := g.run(ctx, "", "clone", "-q", "--no-checkout", "--", u, dir)
 	if err == nil {
-		err = runGit(ctx, git, dir, "checkout", "-q", "--detach", ref, "--")
+		err = g.run(ctx, dir, "checkout", "-q", "--detach", ref, "--")
 	}
 	if err != nil {
 		return fmt.Errorf("cloning %s at %q: %w (before that, %v)", u, ref, err, shallowErr)
@@ -388,27 +619,66 @@ func cloneRef(ctx context.Context, git, u, ref, dir string) error {
 	return nil
 }
 
-// runGit runs git on the host, in dir when it is set. Credential prompts
-// are off so a private repository fails instead of hanging, and only
-// ordinary transports are allowed: a manifest must not reach git's
-// command-running helpers (ext::).
-func runGit(ctx context.Context, git, dir string, args ...string) error {
-	full := []string{"-c", "advice.detachedHead=false"}
+// run runs git on the host, in dir when it is set, with the clone's
+// environment and settings.
+func (g *gitRunner) run(ctx context.Context, dir string, args ...string) error {
+	full := []string{
+		"-c", "advice.detachedHead=false",
+		// No credential helper: an empty value clears the list.
+		"-c", "credential.helper=",
+		"-c", "http.proxy=",
+		"-c", "core.askPass=",
+	}
+	for _, c := range g.config {
+		full = append(full, "-c", c)
+	}
 	if dir != "" {
 		full = append(full, "-C", dir)
 	}
 	full = append(full, args...)
-	cmd := exec.CommandContext(ctx, git, full...)
-	cmd.Env = append(gitEnviron(),
-		"GIT_TERMINAL_PROMPT=0",
-		"GIT_ALLOW_PROTOCOL=https:http:ssh:git:file",
-	)
+	cmd := exec.CommandContext(ctx, g.git, full...)
+	cmd.Env = g.env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("git %s: %s", args[0], gitMessage(stderr.String(), err))
+		msg := strings.ReplaceAll(gitMessage(stderr.String(), err), g.tmp, "the clone's directory")
+		return fmt.Errorf("git %s: %s", args[0], msg)
 	}
 	return nil
+}
+
+// gitEnv is the whole environment of a clone's git commands: nothing of
+// the caller's but PATH and where TLS roots are, so no configuration,
+// credential, proxy or GIT_* variable of the host's reaches git.
+// protocols become GIT_ALLOW_PROTOCOL, which git checks on every
+// transport, redirects and submodules included.
+func gitEnv(home string, protocols []string) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	env := []string{
+		"PATH=" + path,
+		"HOME=" + home,
+		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
+		"LC_ALL=C",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_ASKPASS=",
+		"GIT_ALLOW_PROTOCOL=" + strings.Join(protocols, ":"),
+	}
+	if slices.Contains(protocols, "ssh") {
+		// ssh asks for passwords and host keys on /dev/tty, not
+		// through git: batch mode fails instead.
+		env = append(env, "GIT_SSH_COMMAND=ssh -o BatchMode=yes")
+	}
+	for _, name := range []string{"SSL_CERT_FILE", "SSL_CERT_DIR", "TMPDIR"} {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
 }
 
 // gitMessage picks the lines that say why git failed ("fatal: ...",
@@ -437,21 +707,4 @@ func gitMessage(stderr string, err error) string {
 		msg = msg[:tailMax] + "..."
 	}
 	return msg
-}
-
-// gitEnviron is the process environment without the variables that would
-// point git at another repository (set, for example, when Apply runs from
-// a git hook).
-func gitEnviron() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch name {
-		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-			"GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_PREFIX":
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }

@@ -105,8 +105,8 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	for k, v := range body.Metadata {
-		if k == "" || len(k) > 63 || len(v) > 256 || strings.HasPrefix(k, "cove.") {
-			writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("metadata key %q: keys are 1 to 63 characters and may not start with cove.; values at most 256", k))
+		if err := checkLabel("metadata", k, v); err != nil {
+			s.e2bFail(w, r, err)
 			return
 		}
 	}

@@ -335,12 +335,7 @@ func kill(p sandbox.Process) {
 // public is what a client sees of err: its status, code and message (an
 // internal error's cause goes to the log, the client gets the request id).
 func (s *Server) public(r *http.Request, err error) (code, msg string) {
-	status, code := statusOf(err)
-	msg = err.Error()
-	if status == http.StatusInternalServerError {
-		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; quote request id " + requestID(r)
-	}
+	_, code, msg = s.failure(r, err)
 	return code, msg
 }
 

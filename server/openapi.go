@@ -111,6 +111,24 @@ var routeDocs = []routeDoc{
 	{Pattern: "/v1/sandboxes/{id}/guest/", Summary: "The sandbox daemon's own API (envd-compatible Connect RPC, /files, /cove/tar, /cove/port tunnels), for Cove's Go client and E2B-style SDKs", Request: anyBody, Response: anyBody},
 }
 
+// fieldDocs add a description and a range to fields of the api types'
+// schemas, keyed "Type.json_name": what a client needs to send a value
+// the server accepts.
+var fieldDocs = map[string]map[string]any{
+	"CreateSandbox.size": {"description": "a preset: small (1 CPU, 512 MiB, 2 GiB disk, 512 pids; the default), medium (2, 2 GiB, 10 GiB, 1024) or large (4, 8 GiB, 40 GiB, 2048); the fields below override its parts"},
+	"CreateSandbox.cpus": {"description": "CPU quota in cores; 0 or absent is the size's", "minimum": api.MinCPUs, "maximum": api.MaxCPUs},
+	"CreateSandbox.memory_bytes": {"description": "memory limit; 0 or absent is the size's (64 MiB to 1 TiB)",
+		"minimum": api.MinMemoryBytes, "maximum": int64(api.MaxMemoryBytes)},
+	"CreateSandbox.disk_bytes": {"description": "disk limit; 0 or absent is the size's (16 MiB to 1 TiB)",
+		"minimum": api.MinDiskBytes, "maximum": int64(api.MaxDiskBytes)},
+	"CreateSandbox.pids": {"description": "the most processes and threads at once; 0 or absent is the size's; 32 up to the server's maximum (8192 unless its operator sets cove serve --max-pids), or -1 for no limit where the operator allows it (--allow-unlimited-pids)",
+		"minimum": api.PidsUnlimited},
+	"CreateSandbox.labels":  {"description": "keys 1 to 63 bytes, not starting with cove., without \"=\"; values at most 256 bytes; neither with control characters or invalid UTF-8"},
+	"Sandbox.pids":          {"description": "the pids limit; -1 for none"},
+	"RunAgent.base_url":     {"description": "an OpenAI-compatible endpoint; one other than the server's own is reached only at a public address unless the server's operator allows others (cove serve --outbound-allow)"},
+	"CreateRun.webhook_url": {"description": "receives a signed POST each time the run stops; reached only at a public address unless the server's operator allows others (cove serve --outbound-allow)"},
+}
+
 var (
 	openapiOnce sync.Once
 	openapiDoc  []byte
@@ -275,7 +293,13 @@ func schemaOf(t reflect.Type, schemas map[string]any) map[string]any {
 			if fname == "" {
 				fname = f.Name
 			}
-			props[fname] = schemaOf(f.Type, schemas)
+			fs := schemaOf(f.Type, schemas)
+			if doc, ok := fieldDocs[name+"."+fname]; ok {
+				for k, v := range doc {
+					fs[k] = v
+				}
+			}
+			props[fname] = fs
 			if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
 				required = append(required, fname)
 			}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -49,8 +48,10 @@ type ModelConfig struct {
 	API, DefaultModel string
 	// Prices overrides the model price table for cost estimates.
 	Prices map[string]agent.Price
-	// HTTPClient makes model calls and webhook deliveries (default
-	// http.DefaultClient).
+	// HTTPClient makes the calls to BaseURL, the operator's own endpoint
+	// (default http.DefaultClient). Calls to a base URL a run names, and
+	// webhook deliveries, go where a tenant says and use the server's
+	// outbound policy instead (egress.go).
 	HTTPClient *http.Client
 }
 
@@ -421,7 +422,12 @@ func (s *Server) runSegment(ctx context.Context, lr *liveRun, do segment) (*agen
 		MaxTurns: cfg.Agent.MaxTurns,
 		Sandbox:  &agent.SandboxRunConfig{Session: sess},
 		Prices:   s.cfg.Model.Prices,
-		OnEvent:  func(e agent.Event) { lr.emit(runEvent{Event: e}) },
+		OnEvent: func(e agent.Event) {
+			if e.Error != "" {
+				e.Error = s.tenantText(e.Error)
+			}
+			lr.emit(runEvent{Event: e})
+		},
 		OnCheckpoint: func(st *agent.RunState) {
 			data, err := json.Marshal(st)
 			if err != nil {
@@ -479,7 +485,7 @@ func (s *Server) finish(ctx context.Context, lr *liveRun, res *agent.Result, err
 	case errors.Is(cause, errRunCancelled):
 		status, msg = api.RunCancelled, cancelledByUser
 	case err != nil:
-		status, msg = api.RunFailed, err.Error()
+		status, msg = api.RunFailed, s.tenantText(err.Error())
 	case len(lr.sum.Approvals) > 0:
 		status = api.RunWaiting
 	default:
@@ -576,16 +582,17 @@ func (s *Server) runModel(ctx context.Context, team string, ag api.RunAgent) (ag
 	case err != nil:
 		return nil, err
 	}
-	own := strings.TrimRight(s.cfg.Model.BaseURL, "/")
-	if own == "" {
-		own = openai.DefaultBaseURL
-	}
+	own := s.ownModelURL()
 	base := strings.TrimRight(ag.BaseURL, "/")
 	if base == "" {
 		base = own
 	}
 	model, apiKind := ag.Model, ag.API
-	if base == own {
+	// The operator's endpoint is trusted; one a run names is reached
+	// only under the outbound policy.
+	client, trusted := s.egress.client, base == own
+	if trusted {
+		client = s.cfg.Model.HTTPClient
 		if key == "" {
 			key = s.cfg.Model.APIKey
 		}
@@ -597,13 +604,22 @@ func (s *Server) runModel(ctx context.Context, team string, ag api.RunAgent) (ag
 		}
 	}
 	m, err := openai.New(openai.Config{Model: model, APIKey: key, BaseURL: base, API: openai.API(apiKind),
-		NoEnv: true, HTTPClient: s.cfg.Model.HTTPClient, Logger: s.log,
+		NoEnv: true, HTTPClient: client, Logger: s.log,
 		BaseURLSetting: "the run's agent.base_url",
 		KeySetting:     "the team secret " + secretName + " (PUT /v1/secrets/" + secretName + ")"})
 	if err != nil {
 		return nil, invalid("the run's model: %v (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", err)
 	}
-	return m, nil
+	return tenantModel{Model: m, log: s.log, baseURL: base}, nil
+}
+
+// ownModelURL is the operator's model endpoint, as runs compare it.
+func (s *Server) ownModelURL() string {
+	own := strings.TrimRight(s.cfg.Model.BaseURL, "/")
+	if own == "" {
+		own = openai.DefaultBaseURL
+	}
+	return own
 }
 
 // runSession returns the live session of a run's sandbox, resuming it
@@ -674,14 +690,19 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("manifest is given twice (manifest and sandbox.manifest): keep one"))
 		return
 	}
+	ctx := context.WithoutCancel(r.Context()) // a client leaving must not leave a half-made run
 	if req.WebhookURL != "" {
-		u, err := url.Parse(req.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			s.fail(w, r, invalid("webhook_url %q is not an http(s) URL", req.WebhookURL))
+		if err := s.egress.checkURL(ctx, "webhook_url", req.WebhookURL); err != nil {
+			s.fail(w, r, err)
 			return
 		}
 	}
-	ctx := context.WithoutCancel(r.Context()) // a client leaving must not leave a half-made run
+	if base := strings.TrimRight(req.Agent.BaseURL, "/"); base != "" && base != s.ownModelURL() {
+		if err := s.egress.checkURL(ctx, "agent.base_url", base); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	// The agent is built now so a bad model, key or option is a 400 before
 	// any sandbox is made.
 	if _, err := s.runAgent(ctx, c.team, req.Agent); err != nil {

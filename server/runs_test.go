@@ -144,8 +144,10 @@ func (ws *webhookSink) wait(t *testing.T, event string) webhookDelivery {
 	}
 }
 
+// runServer is a server whose model is model; the tests' other models
+// and webhook receivers listen on loopback, which the operator allows.
 func runServer(t *testing.T, model *fake.Server) *testServer {
-	return newTestServer(t, Config{Model: ModelConfig{BaseURL: model.URL, APIKey: "sk-server", DefaultModel: "test-model"}})
+	return newTestServer(t, Config{Model: ModelConfig{BaseURL: model.URL, APIKey: "sk-server", DefaultModel: "test-model"}, OutboundAllow: []string{"127.0.0.1"}})
 }
 
 const runPatch = `*** Begin Patch

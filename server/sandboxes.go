@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -50,6 +52,10 @@ func (s *Server) view(rec store.Sandbox) api.Sandbox {
 	}
 	if v.Root == "" {
 		v.Root = sandbox.DefaultRoot
+	}
+	v.Pids = rec.Spec.Limits.Pids
+	if v.Pids == 0 {
+		v.Pids = api.PidsUnlimited
 	}
 	if !rec.StoppedAt.IsZero() && rec.State == store.StateStopped {
 		t := rec.StoppedAt
@@ -95,6 +101,71 @@ func seconds(field string, n int64, max time.Duration) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
+// defaultMaxPids is Config.MaxPids unless the operator sets it.
+const defaultMaxPids = 8192
+
+// checkSize checks the resources a create asks for and sets them over
+// the size's (preset). Each range is what a sandbox can start with and
+// the host can back: a limit out of it is a 400 that says the range,
+// not a failure deep in the runtime.
+func (s *Server) checkSize(preset *api.Size, req api.CreateSandbox) error {
+	switch {
+	case math.IsNaN(req.CPUs) || req.CPUs < 0 || req.CPUs > 0 && req.CPUs < api.MinCPUs || req.CPUs > api.MaxCPUs:
+		return invalid("cpus: %v is out of range; give %g to %d (or leave it out for the size's)", req.CPUs, api.MinCPUs, api.MaxCPUs)
+	case req.MemoryBytes < 0 || req.MemoryBytes > 0 && req.MemoryBytes < api.MinMemoryBytes || req.MemoryBytes > api.MaxMemoryBytes:
+		return invalid("memory_bytes: %d is out of range; give %d (64 MiB) to %d (1 TiB) (or leave it out for the size's)", req.MemoryBytes, int64(api.MinMemoryBytes), int64(api.MaxMemoryBytes))
+	case req.DiskBytes < 0 || req.DiskBytes > 0 && req.DiskBytes < api.MinDiskBytes || req.DiskBytes > api.MaxDiskBytes:
+		return invalid("disk_bytes: %d is out of range; give %d (16 MiB) to %d (1 TiB) (or leave it out for the size's)", req.DiskBytes, int64(api.MinDiskBytes), int64(api.MaxDiskBytes))
+	}
+	switch {
+	case req.Pids == api.PidsUnlimited && !s.cfg.AllowUnlimitedPids:
+		return invalid("pids: %d (no limit) is not allowed on this server; give %d to %d (or leave it out for the size's)", req.Pids, api.MinPids, s.cfg.MaxPids)
+	case req.Pids == api.PidsUnlimited:
+	case req.Pids < 0 || req.Pids > 0 && req.Pids < api.MinPids || req.Pids > s.cfg.MaxPids:
+		unlimited := ""
+		if s.cfg.AllowUnlimitedPids {
+			unlimited = fmt.Sprintf(", or %d for no limit", api.PidsUnlimited)
+		}
+		return invalid("pids: %d is out of range; give %d to %d%s (or leave it out for the size's)", req.Pids, api.MinPids, s.cfg.MaxPids, unlimited)
+	}
+	if req.CPUs > 0 {
+		preset.CPUs = req.CPUs
+	}
+	if req.MemoryBytes > 0 {
+		preset.MemoryBytes = req.MemoryBytes
+	}
+	if req.DiskBytes > 0 {
+		preset.DiskBytes = req.DiskBytes
+	}
+	if req.Pids != 0 {
+		preset.Pids = req.Pids
+	}
+	return nil
+}
+
+// checkLabel checks a label (what names a sandbox's labels in messages:
+// "label", or E2B's "metadata"). Keys are filtered on as key=value and
+// both are shown in terminals and the UI, so neither may hold control
+// characters or invalid UTF-8, and keys no "=".
+func checkLabel(what, k, v string) error {
+	bad := func(s string) bool {
+		return !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) })
+	}
+	switch {
+	case k == "" || len(k) > 63:
+		return invalid("%s key %q: keys are 1 to 63 bytes", what, k)
+	case bad(k) || strings.Contains(k, "="):
+		return invalid("%s key %q: keys may not hold control characters, invalid UTF-8 or \"=\"", what, k)
+	case strings.HasPrefix(k, "cove."):
+		return invalid("%s key %q: keys may not start with cove. (the server's own)", what, k)
+	case len(v) > 256:
+		return invalid("%s %q: values are at most 256 bytes", what, k)
+	case bad(v):
+		return invalid("%s %q: values may not hold control characters or invalid UTF-8", what, k)
+	}
+	return nil
+}
+
 // specFor checks a create request and turns it into a runtime spec and a
 // record (without id). The manifest, when any, is returned to apply.
 func (s *Server) specFor(req api.CreateSandbox, team string) (sandbox.Spec, store.Sandbox, *manifest.Manifest, error) {
@@ -107,20 +178,8 @@ func (s *Server) specFor(req api.CreateSandbox, team string) (sandbox.Spec, stor
 	if !ok {
 		return sandbox.Spec{}, rec, nil, invalid("size %q: use small, medium or large, or give cpus, memory_bytes and disk_bytes", req.Size)
 	}
-	if req.CPUs < 0 || math.IsNaN(req.CPUs) || req.CPUs > 64 {
-		return sandbox.Spec{}, rec, nil, invalid("cpus: %v is out of range; give 0.1 to 64", req.CPUs)
-	}
-	if req.MemoryBytes < 0 || req.DiskBytes < 0 {
-		return sandbox.Spec{}, rec, nil, invalid("memory_bytes and disk_bytes must not be negative")
-	}
-	if req.CPUs > 0 {
-		preset.CPUs = req.CPUs
-	}
-	if req.MemoryBytes > 0 {
-		preset.MemoryBytes = req.MemoryBytes
-	}
-	if req.DiskBytes > 0 {
-		preset.DiskBytes = req.DiskBytes
+	if err := s.checkSize(&preset, req); err != nil {
+		return sandbox.Spec{}, rec, nil, err
 	}
 	ttl, err := seconds("ttl_seconds", req.TTLSeconds, s.cfg.MaxTTL)
 	if err != nil {
@@ -145,14 +204,14 @@ func (s *Server) specFor(req api.CreateSandbox, team string) (sandbox.Spec, stor
 	}
 	labels := map[string]string{teamLabel: team}
 	for k, v := range req.Labels {
-		if k == "" || len(k) > 63 || len(v) > 256 || strings.HasPrefix(k, "cove.") {
-			return sandbox.Spec{}, rec, nil, invalid("label %q: keys are 1-63 characters and may not start with cove.; values at most 256", k)
+		if err := checkLabel("label", k, v); err != nil {
+			return sandbox.Spec{}, rec, nil, err
 		}
 		labels[k] = v
 	}
 	spec := sandbox.Spec{
 		Template: req.Template, Root: req.Root, User: req.User, Env: maps.Clone(req.Env), Labels: labels, TTL: ttl,
-		Limits: sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes},
+		Limits: sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes, Pids: max(preset.Pids, 0)},
 	}
 	if n := req.Network; n != nil {
 		switch n.Mode {
@@ -292,7 +351,11 @@ func (s *Server) applyManifest(ctx context.Context, id string, sess sandbox.Sess
 		// Host paths in a tenant's manifest would read the server's own
 		// files: local_file and local_dir are confined to an empty
 		// directory, which refuses them.
-		err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir()})
+		// git_repo entries: https only, to addresses the outbound
+		// policy allows, never the server's own disk (egress.go).
+		err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir(), Git: manifest.GitPolicy{
+			Schemes: []string{"https"}, CheckAddr: s.egress.check, Resolve: s.egress.lookup,
+		}})
 	}
 	if err != nil {
 		s.remove(ctx, id)

@@ -85,7 +85,7 @@ func TestBadCreateInput(t *testing.T) {
 		{"malformed", `{"template":`, "malformed JSON", 400},
 		{"unknown field", `{"tempate":"host"}`, `unknown field "tempate"`, 400},
 		{"wrong type", `{"cpus":"two"}`, `field "cpus" must be float64`, 400},
-		{"negative size", `{"memory_bytes":-1}`, "must not be negative", 400},
+		{"negative size", `{"memory_bytes":-1}`, "memory_bytes: -1 is out of range", 400},
 		{"ttl overflow", `{"ttl_seconds":9223372036854775807}`, "over the limit", 400},
 		{"negative ttl", `{"ttl_seconds":-5}`, "negative", 400},
 		{"bad size", `{"size":"huge"}`, "use small, medium or large", 400},

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,20 @@ type Config struct {
 	// SecretKey seals team secrets (32 bytes); nil means the key in
 	// DataDir/secret.key, made on first start.
 	SecretKey []byte
+	// OutboundAllow lists the non-public targets the server may connect
+	// to on a tenant's behalf (a run's agent.base_url, webhooks, a
+	// manifest's git_repo): CIDRs, addresses or host names, an address or
+	// name with an optional ":port". Loopback, private, link-local,
+	// multicast and other non-public addresses are refused otherwise;
+	// cloud metadata endpoints always are (egress.go).
+	OutboundAllow []string
+	// LookupHost resolves host names for those connections; nil is the
+	// system resolver (tests name their own).
+	LookupHost func(ctx context.Context, host string) ([]netip.Addr, error)
+	// MaxPids is the largest pids limit a create may ask for (8192);
+	// AllowUnlimitedPids lets a create ask for none (pids -1).
+	MaxPids            int
+	AllowUnlimitedPids bool
 }
 
 // Prices are USD per unit of metered use.
@@ -121,6 +136,8 @@ type Server struct {
 
 	// runs are the agent runs in memory (runs.go).
 	runs *runHub
+	// egress vets connections made for tenants (egress.go).
+	egress *egress
 	// secretOnce loads the key that seals team secrets (secrets.go).
 	secretOnce sync.Once
 	sealer     cipher.AEAD
@@ -158,11 +175,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxPids == 0 {
+		cfg.MaxPids = defaultMaxPids
+	}
+	if cfg.MaxPids < api.MinPids {
+		return nil, fmt.Errorf("server: the largest pids limit %d is below the smallest a sandbox can run with, %d: %w", cfg.MaxPids, api.MinPids, sandbox.ErrInvalid)
+	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	out, err := newEgress(cfg.OutboundAllow, cfg.LookupHost)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Store = newCachedStore(cfg.Store)
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub()}
+		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub(), egress: out}
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -361,9 +388,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) failure(r *http.Request, err error) (status int, code, msg string) {
 	status, code = statusOf(err)
 	msg = err.Error()
-	if status == http.StatusInternalServerError {
+	switch {
+	case status == http.StatusInternalServerError:
 		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error; quote request id " + requestID(r)
+	case status == http.StatusServiceUnavailable || s.hostDetail(msg):
+		// The runtime's and the daemon's words: host paths, log
+		// lines (hostdetail.go).
+		s.log.Warn("a failure's detail kept from the tenant", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		msg = publicMessage(status, code) + "; quote request id " + requestID(r)
 	}
 	return status, code, msg
 }

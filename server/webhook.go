@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -88,14 +89,19 @@ func (s *Server) notifyWebhook(lr *liveRun) {
 	}()
 }
 
+// deliver posts body to the run's webhook, retrying. The URL is the
+// tenant's, so it is reached under the outbound policy (egress.go), and
+// nothing the receiver answers goes back to the tenant: only the
+// server's log hears how a delivery failed.
 func (s *Server) deliver(ctx context.Context, runID string, cfg runConfig, body []byte) {
-	client := s.cfg.Model.HTTPClient
-	if client == nil {
-		client = http.DefaultClient
-	}
+	client := s.egress.client
 	for attempt := 0; ; attempt++ {
 		err := s.post(ctx, client, cfg, body)
 		if err == nil {
+			return
+		}
+		if errors.Is(err, errEgressRefused) {
+			s.log.Warn("webhook refused by the outbound policy", "run", runID, "url", cfg.WebhookURL, "err", err)
 			return
 		}
 		if attempt >= len(webhookDelays) {

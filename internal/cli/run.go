@@ -99,7 +99,16 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	case o.resume == "" && len(o.approveCalls)+len(o.rejectCalls) > 0:
 		return usageErr("--approve-call and --reject-call decide the calls of a saved run: use them with --resume")
 	}
-	show := newRenderer(stdout, o.jsonOut)
+	// What the sandbox and the model produce reaches the terminal with
+	// its control characters made visible (termsafe.go); JSON escapes
+	// them itself.
+	var shown io.Writer = stdout
+	safe := newSafeWriter(stdout)
+	if !o.jsonOut {
+		shown = safe
+		defer safe.Flush()
+	}
+	show := newRenderer(shown, o.jsonOut)
 
 	// A saved run: its calls are decided first, so a wrong id fails
 	// before anything starts, and the flags it ran with apply again
@@ -273,6 +282,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
 			return exitError{3}
 		}
+		safe.Flush()
 		if err := askApprovals(ctx, res.State, answers, stdout); err != nil {
 			// Nobody will resume this run: the sandbox it kept for the
 			// answers goes.
@@ -310,6 +320,11 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			if patch == "" {
 				show.note("no files changed")
 			} else {
+				safe.Flush()
+				if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+					// Redirected, the patch stays exact for git apply.
+					patch = termSafe(patch)
+				}
 				fmt.Fprint(stdout, patch)
 			}
 		}
@@ -481,9 +496,14 @@ func decideFromFlags(st *agent.RunState, approve, reject []string) error {
 	return nil
 }
 
+// askApprovals asks y/N at the terminal for each call that waits. Each
+// question comes after a terminal reset and on one line of its own, with
+// the call's text made safe: whatever the sandbox or the model printed
+// before, or put in the command, the question the user reads is the one
+// asked.
 func askApprovals(ctx context.Context, st *agent.RunState, in *bufio.Reader, stdout io.Writer) error {
 	for _, ap := range st.Undecided() {
-		fmt.Fprintf(stdout, "\n? approve %s (%s)? [y/N] ", summarizeCall(ap.Tool, ap.Arguments), ap.Reason)
+		fmt.Fprintf(stdout, "%s\n? approve %s (%s)? [y/N] ", termReset, oneLine(summarizeCall(ap.Tool, ap.Arguments)), oneLine(ap.Reason))
 		line, err := readLine(ctx, in)
 		if err != nil && line == "" {
 			return fmt.Errorf("reading your answer: %w", err)

@@ -62,6 +62,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPerClient := fs.Int("max-conns-per-client", 256, "most connections open at once from one client address (an IPv6 /64); 0: no cap")
 	maxConns := fs.Int("max-conns", 0, "most connections open at once in all (default: half the open-file limit)")
 	trustedProxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDRs of reverse proxies in front of the server: their X-Forwarded-For names the client for --max-conns-per-client (ignored from anyone else)")
+	var outboundAllow multiFlag
+	fs.Var(&outboundAllow, "outbound-allow", "a non-public target the server may connect to for tenants (a run's agent.base_url, webhooks, git_repo clones): CIDR, address or host name, an address or name with an optional :port, e.g. 127.0.0.1:11434 for a local Ollama; comma-separated or repeated (default: public addresses only; cloud metadata never)")
+	maxPids := fs.Int("max-pids", 8192, "the largest pids limit (processes and threads) a sandbox create may ask for")
+	unlimitedPids := fs.Bool("allow-unlimited-pids", false, "let creates ask for no pids limit (pids -1)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -153,7 +157,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Config{
 		Runtime: rt, Store: st, DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
 		DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
-		Model: server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
+		Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
+		OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,
 	})
 	if err != nil {
 		l.Close()
@@ -215,6 +220,19 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		hs.Close()
 	}
 	return nil
+}
+
+// splitList is a repeated flag's values, each split at commas.
+func splitList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, e := range strings.Split(v, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }
 
 func retentionFlag(d time.Duration) time.Duration {

@@ -33,11 +33,12 @@ const (
 	CodeInternal     = "internal"     // 500: our fault; the request id finds it in the logs
 )
 
-// Size presets for CreateSandbox.Size.
+// Size presets for CreateSandbox.Size. Every size has a pids limit, so
+// a fork bomb in one sandbox cannot take the host's process table.
 var Sizes = map[string]Size{
-	"small":  {CPUs: 1, MemoryBytes: 512 << 20, DiskBytes: 2 << 30},
-	"medium": {CPUs: 2, MemoryBytes: 2 << 30, DiskBytes: 10 << 30},
-	"large":  {CPUs: 4, MemoryBytes: 8 << 30, DiskBytes: 40 << 30},
+	"small":  {CPUs: 1, MemoryBytes: 512 << 20, DiskBytes: 2 << 30, Pids: 512},
+	"medium": {CPUs: 2, MemoryBytes: 2 << 30, DiskBytes: 10 << 30, Pids: 1024},
+	"large":  {CPUs: 4, MemoryBytes: 8 << 30, DiskBytes: 40 << 30, Pids: 2048},
 }
 
 // Size is a sandbox's resources.
@@ -45,18 +46,39 @@ type Size struct {
 	CPUs        float64 `json:"cpus"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	DiskBytes   int64   `json:"disk_bytes"`
+	Pids        int     `json:"pids"`
 }
+
+// The ranges a create may ask for (0 in a request means the size's
+// value). The server's operator sets the largest pids limit (8192 by
+// default) and whether PidsUnlimited may be asked for.
+const (
+	MinCPUs        = 0.1
+	MaxCPUs        = 64
+	MinMemoryBytes = 64 << 20
+	MaxMemoryBytes = 1 << 40
+	MinDiskBytes   = 16 << 20
+	MaxDiskBytes   = 1 << 40
+	MinPids        = 32
+	// PidsUnlimited asks for no pids limit; a server refuses it unless
+	// its operator allows it.
+	PidsUnlimited = -1
+)
 
 // CreateSandbox is the body of POST /v1/sandboxes.
 type CreateSandbox struct {
 	Template string `json:"template,omitempty"`
 	// Size is a preset (small, medium, large); CPUs, MemoryBytes and
 	// DiskBytes override its parts. Default small.
-	Size        string            `json:"size,omitempty"`
-	CPUs        float64           `json:"cpus,omitempty"`
-	MemoryBytes int64             `json:"memory_bytes,omitempty"`
-	DiskBytes   int64             `json:"disk_bytes,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
+	Size        string  `json:"size,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+	// Pids is the most processes and threads the sandbox may run at
+	// once: MinPids up to the server's maximum, or PidsUnlimited where the
+	// operator allows it; 0 is the size's.
+	Pids int               `json:"pids,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
 	// Manifest is an Agents SDK manifest applied to the new workspace.
 	Manifest json.RawMessage `json:"manifest,omitempty"`
 	// TTLSeconds stops (or deletes, see OnExpire) the sandbox this long
@@ -96,6 +118,7 @@ type Sandbox struct {
 	CPUs               float64           `json:"cpus"`
 	MemoryBytes        int64             `json:"memory_bytes"`
 	DiskBytes          int64             `json:"disk_bytes"`
+	Pids               int               `json:"pids"` // PidsUnlimited for none
 	Root               string            `json:"root"`
 	User               string            `json:"user,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`

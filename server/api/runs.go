@@ -27,7 +27,8 @@ type RunAgent struct {
 	// BaseURL is an OpenAI-compatible server. The server's own model key
 	// ($OPENAI_API_KEY) is only ever sent to the server's own model
 	// endpoint; a run with another base URL uses the team's secret named
-	// by APIKeySecret, or no key.
+	// by APIKeySecret, or no key. Another base URL is reached only at a
+	// public address, unless the server's operator allows others.
 	BaseURL string `json:"base_url,omitempty"`
 	// API is "responses" or "chat" ("" picks: responses for OpenAI).
 	API string `json:"api,omitempty"`
@@ -58,7 +59,9 @@ type CreateRun struct {
 	Manifest  json.RawMessage `json:"manifest,omitempty"`
 	// WebhookURL receives a POST with the run (RunWebhook) each time it
 	// stops (idle, waiting, failed, cancelled), signed with
-	// WebhookSecret (generated and returned once when empty).
+	// WebhookSecret (generated and returned once when empty). Like a
+	// run's own base URL, it must be at a public address unless the
+	// server's operator allows others.
 	WebhookURL    string `json:"webhook_url,omitempty"`
 	WebhookSecret string `json:"webhook_secret,omitempty"`
 }
