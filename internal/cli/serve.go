@@ -54,6 +54,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	modelBase := fs.String("model-base-url", os.Getenv("OPENAI_BASE_URL"), "the model endpoint of agent runs (POST /v1/runs), OpenAI-compatible; its key is $OPENAI_API_KEY and is sent nowhere else ($OPENAI_BASE_URL; default OpenAI)")
 	model := fs.String("model", os.Getenv("COVE_MODEL"), "model of agent runs that name none ($COVE_MODEL; default gpt-5.1 at OpenAI)")
 	modelAPI := fs.String("model-api", "", `"responses" or "chat" for --model-base-url (default: responses for OpenAI, chat otherwise)`)
+	allowPrivate := fs.String("network-allow-private", os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"), "comma-separated IPv4 CIDRs, otherwise unreachable (private ranges, the host's networks), that a sandbox's network allow list may name; cloud metadata and this host's own addresses never ($COVE_NETWORK_ALLOW_PRIVATE; default none)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -92,7 +93,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
 		}
 	}
-	rt, err := serverRuntime(*stateDir, *data, *pool)
+	rt, err := serverRuntime(*stateDir, *data, *pool, *allowPrivate)
 	if err != nil {
 		return fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
 	}
