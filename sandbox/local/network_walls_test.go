@@ -245,12 +245,19 @@ func mustReach(t *testing.T, s sandbox.Session, target string) {
 	}
 }
 
-// inNetnsOf runs fn on a thread in the network namespace of pid.
+// inNetnsOf runs fn on a thread in the network namespace of pid, then
+// puts the thread back (see host.inNetns).
 func inNetnsOf(t *testing.T, pid int, fn func() error) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
 		ns, err := netns.GetFromPid(pid)
 		if err != nil {
 			errc <- err
@@ -261,7 +268,11 @@ func inNetnsOf(t *testing.T, pid int, fn func() error) {
 			errc <- err
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -748,7 +759,7 @@ func TestNetworkForwardingRestored(t *testing.T) {
 	}
 	// Nothing is left to say what it was.
 	var st syscall.Stat_t
-	syscall.Stat("/proc/self/ns/net", &st)
+	syscall.Stat("/proc/thread-self/ns/net", &st)
 	if _, err := os.Stat(filepath.Join(filepath.Dir(sbdir.NetLockPath), fmt.Sprintf("ip_forward.%d", st.Ino))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the saved forwarding setting outlived the last sandbox: %v", err)
 	}

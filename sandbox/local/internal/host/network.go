@@ -245,28 +245,50 @@ func sandboxEnd(ns netns.NsHandle, n *sbdir.Net, gw, addr netip.Prefix) error {
 	return nil
 }
 
-// inNetns runs fn on a thread in network namespace ns. Files under
-// /proc/sys/net are those of the opening thread's namespace. The thread
-// is never unlocked: it ends with its goroutine instead of going back to
-// Go's pool in the wrong namespace.
+// inNetns runs fn on a thread in network namespace ns (files under
+// /proc/sys/net are those of the opening thread's namespace), then puts
+// the thread back. A thread that cannot go back stays locked, so it ends
+// with its goroutine instead of returning to Go's pool in the wrong
+// namespace; but the main thread cannot end (Go parks it for good), so
+// going back is the rule: a main thread parked in a sandbox's namespace
+// would make /proc/self/ns/net that namespace.
 func inNetns(ns netns.NsHandle, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := unix.Setns(int(ns), unix.CLONE_NEWNET); err != nil {
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("reading the thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("entering the namespace: %w", err)
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
+}
+
+// ipv6Present says whether the kernel has IPv6 (it may be compiled out,
+// or disabled at boot with ipv6.disable=1).
+func ipv6Present() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6")
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // ipv6Off turns IPv6 off on interface ifname ("default": interfaces made
 // from now on) of the calling thread's network namespace. A kernel
 // without IPv6 has nothing to turn off.
 func ipv6Off(ifname string) error {
-	if _, err := os.Stat("/proc/sys/net/ipv6"); errors.Is(err, os.ErrNotExist) {
+	if !ipv6Present() {
 		return nil
 	}
 	return os.WriteFile("/proc/sys/net/ipv6/conf/"+ifname+"/disable_ipv6", []byte("1\n"), 0o644)
@@ -365,9 +387,13 @@ func netDownLocked(id string, n *sbdir.Net) error {
 
 const ipForward = "/proc/sys/net/ipv4/ip_forward"
 
+// forwardingSaved is where the forwarding setting of the calling
+// thread's network namespace is saved: the namespace /proc/sys/net shows
+// it. (Not /proc/self's: that is the main thread's, which need not be
+// the caller's.)
 func forwardingSaved() (string, error) {
 	var st syscall.Stat_t
-	if err := syscall.Stat("/proc/self/ns/net", &st); err != nil {
+	if err := syscall.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		return "", err
 	}
 	return filepath.Join(filepath.Dir(sbdir.NetLockPath), "ip_forward."+strconv.FormatUint(st.Ino, 10)), nil
@@ -579,9 +605,11 @@ func ensureBase(c *nftables.Conn, create bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ok6, err := current(Table6)
-	if err != nil {
-		return false, err
+	ok6 := !ipv6Present() // a kernel without IPv6 needs no v6 table
+	if !ok6 {
+		if ok6, err = current(Table6); err != nil {
+			return false, err
+		}
 	}
 	if ok4 && ok6 {
 		return true, nil
@@ -600,10 +628,14 @@ func ensureBase(c *nftables.Conn, create bool) (bool, error) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
 	}
 	if !ok4 {
+		legacy := legacyNAT(c)
 		c.AddTable(Table)
 		c.AddChain(SandboxChain)
 		c.AddChain(MasqChain)
 		c.AddChain(HostNetsChain)
+		for _, exprs := range legacy {
+			c.AddRule(&nftables.Rule{Table: Table, Chain: MasqChain, UserData: []byte(legacyTag), Exprs: exprs})
+		}
 		fwd := filter(Table, "forward", nftables.ChainHookForward)
 		in := filter(Table, "input", nftables.ChainHookInput)
 		nat := c.AddChain(&nftables.Chain{Name: "postrouting", Table: Table, Type: nftables.ChainTypeNAT,
@@ -629,6 +661,44 @@ func ensureBase(c *nftables.Conn, create bool) (bool, error) {
 		rule(Table6, out, append(matchIf(expr.MetaKeyOIFNAME, ""), dropVerdict())...)
 	}
 	return true, nil
+}
+
+// legacyTag marks the NAT rules an older base ruleset had in its
+// postrouting chain (one per network range), kept in the masquerade
+// chain when the base is rebuilt, so sandboxes started by an older cove
+// keep their egress.
+const legacyTag = "cove-legacy-nat"
+
+// legacyNAT returns the masquerade rules of an older base's postrouting
+// chain, unless they were carried over already.
+func legacyNAT(c *nftables.Conn) [][]expr.Any {
+	if kept, err := c.GetRules(Table, MasqChain); err == nil {
+		for _, r := range kept {
+			if string(r.UserData) == legacyTag {
+				return nil
+			}
+		}
+	}
+	old, err := c.GetRules(Table, &nftables.Chain{Name: "postrouting", Table: Table})
+	if err != nil {
+		return nil // no older base
+	}
+	var out [][]expr.Any
+	for _, r := range old {
+		masq, jump := false, false
+		for _, e := range r.Exprs {
+			switch e.(type) {
+			case *expr.Masq:
+				masq = true
+			case *expr.Verdict:
+				jump = true
+			}
+		}
+		if masq && !jump {
+			out = append(out, r.Exprs)
+		}
+	}
+	return out
 }
 
 // matchIf matches an interface name: exactly name, or any sandbox's
