@@ -472,7 +472,7 @@ func forwardingRestore() error {
 //	  }
 //	  chain masquerade { ip saddr ADDR oifname != "cv*" masquerade ... }  # each sandbox's, tagged
 //	}
-//	table ip6 cove {                  # sandboxes have no IPv6; should one get
+//	table ip6 cove {  # sandboxes have no IPv6; should one get it back, it reaches nothing
 //	  chain input   { type filter hook input priority filter; iifname "cv*" drop }
 //	  chain forward { type filter hook forward priority filter; iifname "cv*" drop; oifname "cv*" drop }
 //	  chain output  { type filter hook output priority filter; oifname "cv*" drop }
