@@ -150,15 +150,18 @@ func NetUp(runtimeDir, id string, n *sbdir.Net, pid int) error {
 	gw, addr, err := reserve(id, n, ns)
 	unlock()
 	if err == nil {
-		err = sandboxEnd(ns, n, gw, addr)
-	}
-	if err == nil {
+		// Recorded before the sandbox end is routed: from then on pid 1
+		// may serve, and whoever sees the sandbox answer may look up its
+		// address.
 		_, err = sbdir.Update(filepath.Join(runtimeDir, id), func(s *sbdir.State) error {
 			if s.Init.Net != nil {
 				s.Init.Net.Gateway, s.Init.Net.Addr = gw, addr
 			}
 			return nil
 		})
+	}
+	if err == nil {
+		err = sandboxEnd(ns, n, gw, addr)
 	}
 	if err != nil {
 		NetDown(runtimeDir, id, n)
