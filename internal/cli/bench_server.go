@@ -37,7 +37,7 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 			return err
 		}
 		defer os.RemoveAll(dir)
-		rt, err := serverRuntime("", dir, 2)
+		rt, err := serverRuntime("", dir, 2, "")
 		if err != nil {
 			return err
 		}

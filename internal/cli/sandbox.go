@@ -46,6 +46,9 @@ Commands:
 Environment:
   COVE_POOL=N       keep N sandboxes started ahead, so create hands one out at once
                     (host template, default workspace, no --disk; env, limits and TTL apply)
+  COVE_NETWORK_ALLOW_PRIVATE=CIDR,...
+                    ranges otherwise unreachable (private, this host's networks) that
+                    --allow may name; cloud metadata and this host's addresses never
   COVE_SERVER=URL   work on a Cove server's sandboxes instead of this machine's
   COVE_API_KEY=KEY  the API key for COVE_SERVER
 
@@ -177,12 +180,16 @@ func localRuntime(stateDir string) (*local.Runtime, error) {
 			return nil, fmt.Errorf("COVE_POOL=%q: want a number of sandboxes to keep ready", v)
 		}
 	}
+	allowPrivate, err := local.ParseNetworks(os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"))
+	if err != nil {
+		return nil, fmt.Errorf("COVE_NETWORK_ALLOW_PRIVATE: %w", err)
+	}
 	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
 	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool,
-		Command: shimCmd, InitCommand: initCmd})
+		Command: shimCmd, InitCommand: initCmd, NetworkAllowPrivate: allowPrivate})
 }
 
 // sandboxRuntime is what `cove sandbox` works on: a Cove server when
@@ -203,8 +210,13 @@ func sandboxRuntime(stateDir, server string) (sandbox.Runtime, error) {
 }
 
 // serverRuntime is the local runtime of `cove serve`: its sandboxes in
-// the server's data directory, templates shared with `cove template`.
-func serverRuntime(stateDir, data string, pool int) (*local.Runtime, error) {
+// the server's data directory, templates shared with `cove template`;
+// allowPrivate is --network-allow-private.
+func serverRuntime(stateDir, data string, pool int, allowPrivate string) (*local.Runtime, error) {
+	nets, err := local.ParseNetworks(allowPrivate)
+	if err != nil {
+		return nil, fmt.Errorf("--network-allow-private: %w", err)
+	}
 	dir := dataDir(stateDir)
 	store, err := template.Open(filepath.Join(dir, "templates"))
 	if err != nil {
@@ -217,7 +229,7 @@ func serverRuntime(stateDir, data string, pool int) (*local.Runtime, error) {
 	// The pool holds sandboxes of the default size's disk, which most
 	// creates ask for.
 	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store},
-		Command: shimCmd, InitCommand: initCmd, Pool: pool, PoolDiskBytes: api.Sizes["small"].DiskBytes})
+		Command: shimCmd, InitCommand: initCmd, Pool: pool, PoolDiskBytes: api.Sizes["small"].DiskBytes, NetworkAllowPrivate: nets})
 }
 
 // hostprocRuntime is the unisolated fallback when the local runtime

@@ -66,6 +66,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&outboundAllow, "outbound-allow", "a non-public target the server may connect to for tenants (a run's agent.base_url, webhooks, git_repo clones): CIDR, address or host name, an address or name with an optional :port, e.g. 127.0.0.1:11434 for a local Ollama; comma-separated or repeated (default: public addresses only; cloud metadata never)")
 	maxPids := fs.Int("max-pids", 8192, "the largest pids limit (processes and threads) a sandbox create may ask for")
 	unlimitedPids := fs.Bool("allow-unlimited-pids", false, "let creates ask for no pids limit (pids -1)")
+	allowPrivate := fs.String("network-allow-private", os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"), "comma-separated IPv4 CIDRs, otherwise unreachable (private ranges, the host's networks), that a sandbox's network allow list may name; cloud metadata and this host's own addresses never ($COVE_NETWORK_ALLOW_PRIVATE; default none)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -134,7 +135,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
 		}
 	}
-	rt, err := serverRuntime(*stateDir, *data, *pool)
+	rt, err := serverRuntime(*stateDir, *data, *pool, *allowPrivate)
 	if err != nil {
 		return fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
 	}

@@ -90,6 +90,12 @@ type Config struct {
 	// NetworkRange is where networked sandboxes get their /30s; the
 	// zero value means DefaultNetworkRange (network.go).
 	NetworkRange netip.Prefix
+	// NetworkAllowPrivate lists the ranges, otherwise unreachable, that a
+	// spec's Network.Allow may name: private ranges, CGNAT, the host's
+	// networks (see network.go). Cloud metadata and the host's own
+	// addresses stay unreachable whatever it says; New refuses a list
+	// reaching into metadata. nil: none.
+	NetworkAllowPrivate []netip.Prefix
 }
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
@@ -114,6 +120,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.Dir == "" {
 		return nil, fmt.Errorf("local runtime: no state directory: %w", sandbox.ErrInvalid)
+	}
+	if err := checkNetworkConfig(&cfg); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state directory: %w", err)
@@ -233,7 +242,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 		return nil, fmt.Errorf("pids limit %d is too low: the sandbox's daemon needs about a dozen threads of its own, which count against it; ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
 	}
 	root := spec.Root
-	allow, err := checkNetwork(ctx, spec.Network)
+	allow, err := r.checkNetwork(ctx, spec.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -539,21 +548,12 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return r.destroy(ctx, id)
 }
 
-// writeWithNetwork plans the sandbox's network (nil for loopback only)
-// and writes its state, holding the network lock between the two so that
-// no other process takes the same /30.
+// writeWithNetwork writes the sandbox's state with its network plan (nil
+// for loopback only); its supervisor picks its addresses at every start.
 func (r *Runtime) writeWithNetwork(id string, st *state, mode string, allow []allowRule) error {
 	st.Init.Net = nil
-	if mode == "" || mode == NetworkNone {
-		return sbdir.Write(r.dir(id), st)
-	}
-	unlock, err := sbdir.LockNetwork(r.cfg.Dir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if st.Init.Net, err = r.allocNetwork(id, mode, allow); err != nil {
-		return err
+	if mode != "" && mode != NetworkNone {
+		st.Init.Net = r.netPlan(id, mode, allow)
 	}
 	return sbdir.Write(r.dir(id), st)
 }

@@ -22,10 +22,12 @@ import (
 )
 
 // fakeInternet is a network namespace standing in for the internet
-// (203.0.113.10, a documentation address that Cove treats as public) and
-// for a private network (10.99.0.10), joined to the host by a veth pair.
-// HTTP servers answer on 203.0.113.10:8080 and :8081 and on
-// 10.99.0.10:8080; the host has 203.0.113.1 and 10.99.0.1 on its end.
+// (203.0.113.10, a documentation address that Cove treats as public),
+// behind a gateway on a private network (10.99.0.10), joined to the host
+// by a veth pair. HTTP servers answer on 203.0.113.10:8080 and :8081 and
+// on 10.99.0.10:8080; the host has 10.99.0.1 on its end and routes
+// 203.0.113.0/24 through 10.99.0.10 (a network the host is on itself is
+// its LAN, which sandboxes never reach).
 func fakeInternet(t *testing.T) {
 	t.Helper()
 	runtime.LockOSThread()
@@ -63,13 +65,15 @@ func fakeInternet(t *testing.T) {
 		t.Fatal(err)
 	}
 	hl, _ := netlink.LinkByName(hostIf)
-	for _, a := range []string{"203.0.113.1/24", "10.99.0.1/24"} {
-		addr, _ := netlink.ParseAddr(a)
-		if err := netlink.AddrAdd(hl, addr); err != nil {
-			t.Fatal(err)
-		}
+	addr, _ := netlink.ParseAddr("10.99.0.1/24")
+	if err := netlink.AddrAdd(hl, addr); err != nil {
+		t.Fatal(err)
 	}
 	netlink.LinkSetUp(hl)
+	_, inetNet, _ := net.ParseCIDR("203.0.113.0/24")
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: inetNet, Gw: net.ParseIP("10.99.0.10")}); err != nil {
+		t.Fatal(err)
+	}
 
 	netns.Set(inet)
 	pl, err := netlink.LinkByName(peerIf)
@@ -139,7 +143,7 @@ func TestNetworkModes(t *testing.T) {
 	}
 	st, _ := sbdir.Read(rt.dir(inet.ID()))
 	gw := st.Init.Net.Gateway.Addr().String()
-	for _, target := range []string{"10.99.0.10:8080", "203.0.113.1:" + hostPort, gw + ":" + hostPort, "169.254.169.254:80"} {
+	for _, target := range []string{"10.99.0.10:8080", "10.99.0.1:" + hostPort, gw + ":" + hostPort, "169.254.169.254:80"} {
 		if out, code := fetch(t, inet, target); code == 0 || strings.Contains(out, "hello") || strings.Contains(out, "secret") {
 			t.Errorf("mode internet reached %s: %d %q", target, code, out)
 		} else if code == 124 {
@@ -165,8 +169,8 @@ func TestNetworkModes(t *testing.T) {
 	// Two sandboxes cannot reach each other.
 	inet2 := create(sandbox.Network{Mode: NetworkInternet})
 	st2, _ := sbdir.Read(rt.dir(inet2.ID()))
-	if st2.Init.Net.Index == st.Init.Net.Index {
-		t.Fatalf("two sandboxes share network %d", st.Init.Net.Index)
+	if st2.Init.Net.Addr.Overlaps(st.Init.Net.Addr) {
+		t.Fatalf("two sandboxes share network %s", st.Init.Net.Addr)
 	}
 	run(t, inet2, "nohup python3 -m http.server 8000 >/dev/null 2>&1 &")
 	if out, code := fetch(t, inet, st2.Init.Net.Addr.Addr().String()+":8000"); code == 0 || code == 124 {

@@ -33,33 +33,25 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// sandboxNetUp is pid 1's part, in the sandbox's namespace: wait for the
-// interface the supervisor moves in, then name, address and route it.
+// sandboxNetUp is pid 1's part of a networked sandbox: wait until the
+// supervisor, which configures both ends of the pair from the host (it
+// picks the sandbox's addresses when it starts, after pid 1 has read its
+// config), has made eth0 and routed it: the default route is its last
+// step, so the daemon serves only once the network works.
 func sandboxNetUp(n *sbdir.Net) error {
 	deadline := time.Now().Add(10 * time.Second)
-	var link netlink.Link
 	for {
-		var err error
-		if link, err = netlink.LinkByName(n.PeerIf); err == nil {
-			break
+		if link, err := netlink.LinkByName("eth0"); err == nil {
+			routes, _ := netlink.RouteList(link, netlink.FAMILY_V4)
+			for _, r := range routes {
+				if r.Dst == nil || r.Dst.IP.IsUnspecified() && net.IP(r.Dst.Mask).IsUnspecified() {
+					return nil
+				}
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the supervisor did not hand over the network interface %s within 10s", n.PeerIf)
+			return fmt.Errorf("the supervisor did not set up eth0 (from %s) within 10s", n.PeerIf)
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	if err := netlink.LinkSetName(link, "eth0"); err != nil {
-		return fmt.Errorf("naming eth0: %w", err)
-	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: sbdir.IPNet(n.Addr)}); err != nil {
-		return fmt.Errorf("addressing eth0: %w", err)
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return fmt.Errorf("bringing up eth0: %w", err)
-	}
-	gw := n.Gateway.Addr().AsSlice()
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(gw)}); err != nil {
-		return fmt.Errorf("routing through the host: %w", err)
-	}
-	return nil
 }

@@ -79,17 +79,24 @@ const (
 	NetworkAllow    = "allow"
 )
 
-// Net is a networked sandbox's network, fixed when it is made.
+// Net is a networked sandbox's network. The policy (Mode, Allow, DNS)
+// and the interface names are fixed when the sandbox is made; its /30 is
+// not: the supervisor picks one host-wide at every start (Range says
+// where from) and the host's own interfaces are the registry, so a
+// stopped sandbox holds no addresses and may get others when it resumes.
 type Net struct {
-	Mode  string `json:"mode"`
-	Index int    `json:"index"`
+	Mode string `json:"mode"`
 	// HostIf is the host end of the veth pair; PeerIf the sandbox end
-	// until pid 1 renames it eth0.
-	HostIf  string       `json:"host_if"`
-	PeerIf  string       `json:"peer_if"`
-	Gateway netip.Prefix `json:"gateway"` // host end
-	Addr    netip.Prefix `json:"addr"`    // sandbox end
-	Range   netip.Prefix `json:"range"`
+	// until it is renamed eth0 inside the sandbox.
+	HostIf string `json:"host_if"`
+	PeerIf string `json:"peer_if"`
+	// Range is where the sandbox's /30 comes from.
+	Range netip.Prefix `json:"range"`
+	// Gateway (the host end) and Addr (the sandbox's eth0) are the /30
+	// of the sandbox's current run, or of its last one once stopped;
+	// invalid before its first start.
+	Gateway netip.Prefix `json:"gateway"`
+	Addr    netip.Prefix `json:"addr"`
 	Allow   []AllowRule  `json:"allow,omitempty"`
 	DNS     []netip.Addr `json:"dns,omitempty"`
 }
@@ -209,10 +216,20 @@ func ReadInit(dir string) (*Init, error) {
 	return &cfg, nil
 }
 
-// LockNetwork serialises network allocations and ruleset changes of all
-// processes using the runtime directory runtimeDir.
-func LockNetwork(runtimeDir string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(runtimeDir, ".net.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+// NetLockPath is the lock of every Cove process on this host that
+// changes sandbox networks: the addresses, routes and nftables tables
+// they make are the host's, whatever state directory a runtime uses (the
+// CLI's and cove serve's differ), so the lock lives in one fixed place.
+const NetLockPath = "/run/cove/net.lock"
+
+// LockNetwork takes the host-wide network lock (NetLockPath): it
+// serialises picking a sandbox's subnet, the ruleset changes and the
+// forwarding switch of all Cove installs on the host.
+func LockNetwork() (unlock func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(NetLockPath), 0o755); err != nil {
+		return nil, fmt.Errorf("locking the sandbox networks: %w", err)
+	}
+	f, err := os.OpenFile(NetLockPath, os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("locking the sandbox networks: %w", err)
 	}
