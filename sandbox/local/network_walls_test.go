@@ -90,7 +90,7 @@ func sandboxNet(t *testing.T, rt *Runtime, id string) (*sbdir.Net, int) {
 	return st.Init.Net, st.InitPID
 }
 
-// execAs runs a shell script in s as user ("" for the sandbox's).
+// netExecAs runs a shell script in s as user ("" for the sandbox's).
 func netExecAs(t *testing.T, s sandbox.Session, user, script string) (string, int) {
 	t.Helper()
 	var out strings.Builder
