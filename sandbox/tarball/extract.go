@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -23,12 +22,12 @@ type ExtractOptions struct {
 	// no cap. A member that would pass it is refused, before any of its
 	// bytes are written, with an error wrapping sandbox.ErrLimit.
 	MaxBytes int64
-	// Chown, when set, is called after each member is created with its
-	// host path (dir joined with the member's clean name) and header, to
-	// set ownership; not for the root "./", which Extract leaves alone.
-	// The path may be a symlink: use os.Lchown. An error stops the
-	// extraction.
-	Chown func(path string, hdr *tar.Header) error
+	// Chown, when set, is called after each member is created with the
+	// root the extraction works in, the member's clean name relative to
+	// it and its header, to set ownership; not for the root "./", which
+	// Extract leaves alone. The member may be a symlink: use root.Lchown.
+	// An error stops the extraction.
+	Chown func(root *os.Root, name string, hdr *tar.Header) error
 }
 
 // Extract unpacks the tar stream r into the existing host directory dir.
@@ -59,10 +58,16 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) 
 		return fmt.Errorf("extracting into %s: %w", dir, err)
 	}
 	defer root.Close()
+	return ExtractRoot(ctx, r, root, opts)
+}
+
+// ExtractRoot is Extract into a directory the caller has opened as root
+// (say, by a descriptor it resolved itself).
+func ExtractRoot(ctx context.Context, r io.Reader, root *os.Root, opts ExtractOptions) error {
+	var err error
 	x := &extractor{
 		ctx:   ctx,
 		root:  root,
-		dir:   dir,
 		opts:  opts,
 		files: make(map[string]bool),
 		dirs:  make(map[string]dirFixup),
@@ -110,7 +115,6 @@ type dirFixup struct {
 type extractor struct {
 	ctx  context.Context
 	root *os.Root
-	dir  string
 	opts ExtractOptions
 
 	total int64               // regular file bytes written so far
@@ -155,7 +159,7 @@ func (x *extractor) member(hdr *tar.Header, tr io.Reader) error {
 		return x.memberError(hdr, err)
 	}
 	if x.opts.Chown != nil {
-		if err := x.opts.Chown(filepath.Join(x.dir, filepath.FromSlash(name)), hdr); err != nil {
+		if err := x.opts.Chown(x.root, name, hdr); err != nil {
 			return fmt.Errorf("tar member %q: setting owner: %w", hdr.Name, err)
 		}
 	}
