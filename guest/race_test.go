@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	fspb "github.com/cove-sandbox/cove/guest/gen/filesystem"
@@ -336,5 +337,36 @@ func (a *swapAttack) run(t *testing.T, s *Session, n int, budget time.Duration) 
 	}
 	for op, msg := range violations {
 		t.Errorf("%s %s", op, msg)
+	}
+}
+
+// TestFSMoveNoReplace: with NoReplaceHeader (what Session.Move sends),
+// the daemon itself refuses an existing destination, so one that appears
+// between the Session's check and the move is not replaced; without it,
+// Move replaces as envd's does.
+func TestFSMoveNoReplace(t *testing.T) {
+	e := newFSEnv(t, Config{})
+	ctx := context.Background()
+	move := func(noReplace bool) error {
+		r := connect.NewRequest(&fspb.MoveRequest{Source: "/workspace/src", Destination: "/workspace/dst"})
+		if noReplace {
+			r.Header().Set(NoReplaceHeader, "1")
+		}
+		_, err := e.fs.Move(ctx, r)
+		return err
+	}
+	e.write(t, "/workspace/src", "source")
+	e.write(t, "/workspace/dst", "destination")
+	wantCode(t, e, move(true), connect.CodeAlreadyExists)
+	for p, want := range map[string]string{"/workspace/src": "source", "/workspace/dst": "destination"} {
+		if data, err := os.ReadFile(e.host(p)); err != nil || string(data) != want {
+			t.Errorf("%s after a refused move: %q, %v; want %q", p, data, err, want)
+		}
+	}
+	if err := move(false); err != nil {
+		t.Fatalf("Move without the header: %v", err)
+	}
+	if data, err := os.ReadFile(e.host("/workspace/dst")); err != nil || string(data) != "source" {
+		t.Errorf("dst after a move that replaces: %q, %v", data, err)
 	}
 }
