@@ -244,7 +244,7 @@ func (f *fsService) walk(ctx context.Context, fd int, sp string, level, depth in
 		if !c.exists {
 			continue // removed since the directory was read
 		}
-		*out = append(*out, f.entryFromStat(ctx, c))
+		*out = append(*out, f.entryFromStat(confineOf(ctx), c))
 		if c.isDir() && level < depth {
 			cfd, err := c.open(unix.O_RDONLY | unix.O_DIRECTORY)
 			if err != nil {
@@ -338,15 +338,16 @@ func (f *fsService) entryInfo(ctx context.Context, n *node) (*pb.EntryInfo, erro
 	if !n.exists {
 		return nil, pathError("reading", n.sp, unix.ENOENT)
 	}
-	return f.entryFromStat(ctx, n), nil
+	return f.entryFromStat(confineOf(ctx), n), nil
 }
 
 // entryFromStat builds an EntryInfo the way envd does: type and mode
 // (permission bits only) of a symlink are its target's (type unspecified
 // when the target is missing or outside the sandbox or the request's
 // confinement), while size and the permissions string ("Lrwxrwxrwx") are
-// the link's own. Names and paths are encoded (encodePath).
-func (f *fsService) entryFromStat(ctx context.Context, n *node) *pb.EntryInfo {
+// the link's own. Names and paths are encoded (encodePath). confine is the
+// request's confinement ("" for none).
+func (f *fsService) entryFromStat(confine string, n *node) *pb.EntryInfo {
 	mode := fileMode(n.st.Mode)
 	e := &pb.EntryInfo{
 		Name:         encodePath(path.Base(n.sp)),
@@ -362,7 +363,7 @@ func (f *fsService) entryFromStat(ctx context.Context, n *node) *pb.EntryInfo {
 			t = encodePath(t)
 			e.SymlinkTarget = &t
 		}
-		if tn, err := f.srv.lookup(ctx, n.sp, lookupOpts{follow: true}); err == nil {
+		if tn, err := f.srv.lookupIn(confine, n.sp, lookupOpts{follow: true}); err == nil {
 			if tn.exists {
 				target, hasTarget = fileMode(tn.st.Mode), true
 			}

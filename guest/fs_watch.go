@@ -250,9 +250,8 @@ func (f *fsService) openWatch(ctx context.Context, p string, recursive, includeE
 	if err != nil {
 		return nil, watchError(n.sp, err)
 	}
-	confine, _ := ctx.Value(confineKey{}).(string)
 	d := &dirWatch{
-		f: f, confine: confine, sp: n.sp, recursive: recursive, includeEntry: includeEntry,
+		f: f, confine: confineOf(ctx), sp: n.sp, recursive: recursive, includeEntry: includeEntry,
 		ifd: ifd, file: os.NewFile(uintptr(ifd), "inotify"), dirs: map[int32]string{},
 		batches: make(chan []inotifyEvent), errs: make(chan error, 1), done: make(chan struct{}),
 	}
@@ -477,7 +476,7 @@ func (d *dirWatch) emit(rel string, mask uint32, emit func(*pb.FilesystemEvent) 
 		if d.includeEntry && m.t != pb.EventType_EVENT_TYPE_REMOVE && m.t != pb.EventType_EVENT_TYPE_RENAME {
 			if n, err := d.f.srv.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{}); err == nil {
 				if n.exists {
-					e.Entry = d.f.entryFromStat(context.Background(), n)
+					e.Entry = d.f.entryFromStat(d.confine, n)
 				}
 				n.close()
 			}

@@ -105,8 +105,13 @@ type lookupOpts struct {
 // is not an error: the node says where it would be created. The caller
 // closes the node.
 func (s *Server) lookup(ctx context.Context, p string, o lookupOpts) (*node, error) {
-	confine, _ := ctx.Value(confineKey{}).(string)
-	return s.lookupIn(confine, p, o)
+	return s.lookupIn(confineOf(ctx), p, o)
+}
+
+// confineOf is the confinement of the request in ctx, "" for none.
+func confineOf(ctx context.Context) string {
+	c, _ := ctx.Value(confineKey{}).(string)
+	return c
 }
 
 // lookupIn is lookup with the confinement given ("" for none).
@@ -511,8 +516,7 @@ func withConfine(h http.Handler) http.Handler {
 func (s *Server) resolveCtx(ctx context.Context, p string, follow bool) (sandboxPath, hostPath string, err error) {
 	n, err := s.lookup(ctx, p, lookupOpts{follow: follow})
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		confine, _ := ctx.Value(confineKey{}).(string)
-		sp, err := s.absPath(confine, p)
+		sp, err := s.absPath(confineOf(ctx), p)
 		if err != nil {
 			return "", "", err
 		}
