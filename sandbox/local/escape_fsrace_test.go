@@ -28,10 +28,13 @@ import (
 // The attack's roles, run inside a sandbox by the test binary (caught
 // before TestMain, so escape_test.go's probe stays as it is):
 //
-//	fsrace-setup     make /etc/cove-fsrace (the canary) and /workspace/d
-//	fsrace-flip SEC  swap /workspace/d with a symlink to the canary's
-//	                 directory for SEC seconds, then print the swap count
-//	fsrace-snapshot  print every entry of /etc/cove-fsrace: name, mode, hash
+//	fsrace-setup     as root: make /etc/cove-fsrace, the canary, which
+//	                 the sandbox's user can neither read nor change
+//	fsrace-flip SEC  as the user: make /workspace/d, then swap it with a
+//	                 symlink to /etc/cove-fsrace for SEC seconds; print
+//	                 the swap count
+//	fsrace-snapshot  as root: print every entry of /etc/cove-fsrace
+//	                 with its mode and content hash
 const (
 	fsraceOutside = "/etc/cove-fsrace"
 	fsraceCanary  = "CANARY-in-the-sandbox-etc"
@@ -48,27 +51,37 @@ func init() {
 	os.Exit(0)
 }
 
+// fsraceTree makes the files both directories hold.
+func fsraceTree(dir, content string, mode fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o750); err != nil {
+		return err
+	}
+	for _, f := range []string{"secret.txt", "victim", "sub/secret.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(content), mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func fsraceRole(role string, args []string) error {
 	d, swap := "/workspace/d", "/workspace/.d-swap"
 	switch role {
 	case "fsrace-setup":
-		for dir, content := range map[string]string{fsraceOutside: fsraceCanary, d: "inside"} {
-			if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o777); err != nil {
-				return err
-			}
-			for _, f := range []string{"secret.txt", "victim", "sub/secret.txt"} {
-				if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o666); err != nil {
-					return err
-				}
-			}
-		}
-		if err := os.WriteFile(filepath.Join(fsraceOutside, "outside-only.txt"), []byte(fsraceCanary), 0o640); err != nil {
+		if err := fsraceTree(fsraceOutside, fsraceCanary, 0o640); err != nil {
 			return err
 		}
-		// The workspace's files are the user's, as the API writes them.
-		filepath.WalkDir(d, func(p string, _ fs.DirEntry, _ error) error { return os.Lchown(p, 1000, 1000) })
-		return os.Symlink(fsraceOutside, swap)
+		if err := os.Chmod(fsraceOutside, 0o750); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(fsraceOutside, "outside-only.txt"), []byte(fsraceCanary), 0o640)
 	case "fsrace-flip":
+		if err := fsraceTree(d, "inside", 0o666); err != nil {
+			return err
+		}
+		if err := os.Symlink(fsraceOutside, swap); err != nil {
+			return err
+		}
 		secs, _ := strconv.Atoi(args[0])
 		end := time.Now().Add(time.Duration(secs) * time.Second)
 		n := 0
@@ -108,15 +121,16 @@ func fsraceRole(role string, args []string) error {
 	return fmt.Errorf("unknown role %q", role)
 }
 
-// TestEscapeFSRace attacks the file API of a real sandbox as its root
-// would: a process inside swaps /workspace/d with a symlink to
-// /etc/cove-fsrace as fast as it can while the host reads, writes, lists,
+// TestEscapeFSRace attacks the file API of a real sandbox as the code in
+// it would, with the user's rights only: a process swaps /workspace/d
+// (the user's) with a symlink to /etc/cove-fsrace (root's, unreadable to
+// the user) as fast as it can while the harness reads, writes, lists,
 // removes, moves, makes directories, archives, extracts and watches
 // through /workspace/d with the Session, thousands of calls. The daemon
-// runs as root in the sandbox, so a call that followed the link would
-// reach files the sandbox's user cannot, and the workspace confinement
-// promises it never does: no byte of the canary comes back, and
-// /etc/cove-fsrace is the same at the end.
+// acts as root, so a call that followed the link would read or change
+// what the user cannot: the workspace confinement promises it never
+// does. No byte of the canary comes back, and /etc/cove-fsrace is the
+// same at the end.
 func TestEscapeFSRace(t *testing.T) {
 	rt := newRuntime(t)
 	ctx := context.Background()
@@ -152,7 +166,8 @@ func TestEscapeFSRace(t *testing.T) {
 
 	// The flipper runs for a fixed time; the calls go on while it does.
 	var flips strings.Builder
-	p, err := s.Start(ctx, sandbox.ExecRequest{Cmd: "/workspace/.fsrace", Args: []string{"fsrace-flip", "10"}, User: "root", Stdout: &flips})
+	var flipErr strings.Builder
+	p, err := s.Start(ctx, sandbox.ExecRequest{Cmd: "/workspace/.fsrace", Args: []string{"fsrace-flip", "10"}, Stdout: &flips, Stderr: &flipErr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +242,7 @@ func TestEscapeFSRace(t *testing.T) {
 		count("Move", s.Move(ctx, "d/victim", fmt.Sprintf("moved-%d", rounds)))
 		if rounds%5 == 0 {
 			count("Remove tree", s.Remove(ctx, "d/sub"))
+			s.WriteFile(ctx, "d/sub/secret.txt", strings.NewReader("inside"), 0o644)
 		}
 		if fsc != nil && rounds%10 == 0 {
 			req := connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/workspace/d", Recursive: true})
@@ -238,7 +254,10 @@ func TestEscapeFSRace(t *testing.T) {
 		calls += 9
 	}
 	after := role("fsrace-snapshot")
-	n, _ := strconv.Atoi(strings.TrimSpace(flips.String()))
+	n, err := strconv.Atoi(strings.TrimSpace(flips.String()))
+	if err != nil {
+		t.Fatalf("the flipper printed %q: %s", flips.String(), flipErr.String())
+	}
 	t.Logf("%d calls in %d rounds, %d swaps; successes: %v", calls, rounds, n, ok)
 	if n < rounds {
 		t.Fatalf("only %d swaps in %d rounds: the attack did not run", n, rounds)
