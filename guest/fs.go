@@ -28,10 +28,13 @@ import (
 )
 
 // fsService serves envd's filesystem.Filesystem service and the /files and
-// /cove/tar HTTP endpoints. Every path goes through Server.resolve, so it
-// stays inside the sandbox root (and the directory a client confines its
-// request to with ConfineHeader: resolveCtx); replies and error messages
-// name sandbox paths only, never where Root lives on the host.
+// /cove/tar HTTP endpoints. Every path goes through Server.lookup, which
+// resolves it by descriptor inside the sandbox root (and the directory a
+// client confines its request to with ConfineHeader), and every
+// operation acts on what lookup opened, so a tree the sandbox changes
+// meanwhile cannot lead it elsewhere; replies and error messages name
+// sandbox paths only (encoded, see encodePath), never where Root lives on
+// the host.
 //
 // The zero value (plus srv) is ready to use: NewServer builds it as
 // &fsService{srv: s}.
@@ -473,7 +476,7 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 
 // scrub rewrites any host path under Root in err's message to the sandbox
 // path. It is a safety net: errors built here already name sandbox paths,
-// but one from deeper down (resolve, the tarball package) might not.
+// but one from deeper down (the tarball package) might not.
 func (f *fsService) scrub(err error) error {
 	root := f.srv.cfg.Root
 	if err == nil || root == "/" {

@@ -210,17 +210,17 @@ type dirWatch struct {
 	// and then the one running it touch it, one after the other.
 	dirs map[int32]string
 	// batches carries what the reader goroutine reads, errs its error.
-	batches chan []inotifyEvent
-	errs    chan error
-	done    chan struct{}
-	closeMu sync.Once
+	batches   chan []inotifyEvent
+	errs      chan error
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
+// inotifyEvent is one event as the kernel reports it.
 type inotifyEvent struct {
-	wd     int32
-	mask   uint32
-	cookie uint32
-	name   string
+	wd   int32
+	mask uint32
+	name string // in the watched directory; "" for the directory itself
 }
 
 // watchMask is what fsnotify asks for on Add: the events envd reports.
@@ -265,7 +265,7 @@ func (f *fsService) openWatch(ctx context.Context, p string, recursive, includeE
 
 // close stops the watch.
 func (d *dirWatch) close() {
-	d.closeMu.Do(func() {
+	d.closeOnce.Do(func() {
 		close(d.done)
 		d.file.Close()
 	})
@@ -291,7 +291,7 @@ func (d *dirWatch) read() {
 				break
 			}
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
-			evs = append(evs, inotifyEvent{wd: raw.Wd, mask: raw.Mask, cookie: raw.Cookie, name: name})
+			evs = append(evs, inotifyEvent{wd: raw.Wd, mask: raw.Mask, name: name})
 			off = end
 		}
 		select {
