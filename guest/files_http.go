@@ -15,10 +15,10 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
@@ -41,32 +41,24 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		f.httpError(w, err)
 		return
 	}
-	sp, hp, err := f.srv.resolveCtx(r.Context(), q.Get("path"), true)
+	n, err := f.srv.lookup(r.Context(), q.Get("path"), lookupOpts{follow: true})
+	if err != nil {
+		f.httpError(w, pathError("downloading", q.Get("path"), err))
+		return
+	}
+	sp := n.sp
+	fh, err := f.openRegular(n, "downloading")
+	n.close()
 	if err != nil {
 		f.httpError(w, err)
 		return
 	}
-	fi, err := os.Lstat(hp)
-	if err != nil {
-		f.httpError(w, pathError("downloading", sp, err))
-		return
-	}
-	if fi.IsDir() {
-		f.httpError(w, fmt.Errorf("downloading %q: it is a directory; download the files in it one by one, or all of it as a tar with GET /cove/tar?path=...: %w", sp, sandbox.ErrInvalid))
-		return
-	}
-	if !fi.Mode().IsRegular() {
-		f.httpError(w, fmt.Errorf("downloading %q: it is not a regular file (%s): %w", sp, fi.Mode().Type(), sandbox.ErrInvalid))
-		return
-	}
-	// O_NOFOLLOW: resolve has followed every symlink already; one that
-	// appeared since must not lead the open out of the sandbox.
-	fh, err := os.OpenFile(hp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		f.httpError(w, pathError("downloading", sp, err))
-		return
-	}
 	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		f.httpError(w, pathError("downloading", sp, err))
+		return
+	}
 
 	encoding := "identity"
 	if r.Header.Get("Range") == "" && r.Header.Get("If-Range") == "" &&
@@ -80,7 +72,7 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	name := path.Base(sp)
+	name := encodePath(path.Base(sp))
 	h := w.Header()
 	h.Set("Vary", "Accept-Encoding")
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
@@ -106,6 +98,35 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 	if err := gz.Close(); err != nil {
 		f.srv.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
 	}
+}
+
+// openRegular opens the regular file n for reading, by descriptor: one
+// that is a directory, a device, a fifo or a socket (or was swapped for
+// one since lookup) is refused without blocking on it.
+func (f *fsService) openRegular(n *node, op string) (*os.File, error) {
+	switch {
+	case !n.exists:
+		return nil, pathError(op, n.sp, unix.ENOENT)
+	case n.isDir():
+		return nil, fmt.Errorf("%s %q: it is a directory; download the files in it one by one, or all of it as a tar with GET /cove/tar?path=...: %w", op, encodePath(n.sp), sandbox.ErrInvalid)
+	case !n.isRegular():
+		return nil, fmt.Errorf("%s %q: it is not a regular file (%s): %w", op, encodePath(n.sp), fileMode(n.st.Mode).Type(), sandbox.ErrInvalid)
+	}
+	// O_NONBLOCK: a file swapped for a fifo does not hang the open.
+	fd, err := n.open(unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY)
+	if err != nil {
+		return nil, pathError(op, n.sp, err)
+	}
+	fh := os.NewFile(uintptr(fd), n.sp)
+	fi, err := fh.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s %q: it is not a regular file (%s): %w", op, encodePath(n.sp), fi.Mode().Type(), sandbox.ErrInvalid)
+	}
+	if err != nil {
+		fh.Close()
+		return nil, pathError(op, n.sp, err)
+	}
+	return fh, nil
 }
 
 // upload serves POST /files. The body is either application/octet-stream
@@ -209,16 +230,18 @@ func (f *fsService) uploadParts(ctx context.Context, mr *multipart.Reader, q map
 			part.Close()
 			return nil, fmt.Errorf("a \"file\" part has no filename; name the file in the part's filename or pass ?path=: %w", sandbox.ErrInvalid)
 		}
-		sp, _, err := f.srv.resolveCtx(ctx, target, true)
-		if err != nil {
+		n, err := f.srv.lookup(ctx, target, lookupOpts{follow: true})
+		if err == nil {
+			n.close()
+			for _, e := range entries {
+				if e.Path == encodePath(n.sp) {
+					part.Close()
+					return nil, fmt.Errorf("two parts of one upload name %q; only the first was written; upload one file per path: %w", e.Path, sandbox.ErrInvalid)
+				}
+			}
+		} else if hasSentinel(err) {
 			part.Close()
 			return nil, err
-		}
-		for _, e := range entries {
-			if e.Path == sp {
-				part.Close()
-				return nil, fmt.Errorf("two parts of one upload name %q; only the first was written; upload one file per path: %w", sp, sandbox.ErrInvalid)
-			}
 		}
 		e, err := f.writeFile(ctx, target, part, opts)
 		part.Close()
@@ -258,51 +281,47 @@ func unixMode(bits uint32) fs.FileMode {
 // writeFile streams r into the file p (following a final symlink, as an
 // open would), replacing it atomically. A replaced file keeps its mode
 // and, when the daemon can, its owner; a new one gets 0644; opts can set
-// both.
+// both. The temporary file is made, written, chowned, chmodded and renamed
+// into place by descriptor in the directory lookup opened.
 func (f *fsService) writeFile(ctx context.Context, p string, r io.Reader, opts writeOptions) (uploadEntry, error) {
 	o := opts.owner
-	sp, hp, err := f.srv.resolveCtx(ctx, p, true)
+	n, err := f.srv.lookup(ctx, p, lookupOpts{follow: true, mkdir: true, owner: o})
 	if err != nil {
-		return uploadEntry{}, err
+		return uploadEntry{}, pathError("writing", p, err)
 	}
+	defer n.close()
+	sp := n.sp
 	perm := fs.FileMode(0o644)
 	var keep *owner
-	fi, err := os.Lstat(hp)
 	switch {
-	case err == nil && fi.IsDir():
-		return uploadEntry{}, fmt.Errorf("writing %q: it is a directory; name a file path inside it: %w", sp, sandbox.ErrInvalid)
-	case err == nil && !fi.Mode().IsRegular():
-		return uploadEntry{}, fmt.Errorf("writing %q: it exists and is not a regular file (%s); remove it first: %w", sp, fi.Mode().Type(), sandbox.ErrInvalid)
-	case err == nil:
-		perm = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		if st, ok := statOwner(fi); ok {
-			keep = &st
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return uploadEntry{}, pathError("writing", sp, err)
+	case n.isDir():
+		return uploadEntry{}, fmt.Errorf("writing %q: it is a directory; name a file path inside it: %w", encodePath(sp), sandbox.ErrInvalid)
+	case n.exists && !n.isRegular():
+		return uploadEntry{}, fmt.Errorf("writing %q: it exists and is not a regular file (%s); remove it first: %w", encodePath(sp), fileMode(n.st.Mode).Type(), sandbox.ErrInvalid)
+	case n.exists:
+		perm = fileMode(n.st.Mode) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		keep = &owner{int(n.st.Uid), int(n.st.Gid)}
 	}
 	if opts.setMode {
 		perm = opts.mode
 	}
-	dir := filepath.Dir(hp)
-	if err := f.mkdirAll(path.Dir(sp), dir, o); err != nil {
-		return uploadEntry{}, err
-	}
-	tmp, err := os.CreateTemp(dir, ".cove-upload-*")
+	tmpName := ".cove-upload-" + newID()
+	fd, err := openat(n.dir, tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return uploadEntry{}, pathError("writing", sp, err)
 	}
+	tmp := os.NewFile(uintptr(fd), tmpName)
 	done := false
 	defer func() {
 		if !done {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			unix.Unlinkat(n.dir, tmpName, 0)
 		}
 	}()
 	if _, err := io.Copy(tmp, readTagger{r}); err != nil {
 		var re readError
 		if errors.As(err, &re) {
-			return uploadEntry{}, fmt.Errorf("writing %q: %w", sp, bodyError(re.err))
+			return uploadEntry{}, fmt.Errorf("writing %q: %w", encodePath(sp), bodyError(re.err))
 		}
 		return uploadEntry{}, pathError("writing", sp, err)
 	}
@@ -319,47 +338,58 @@ func (f *fsService) writeFile(ctx context.Context, p string, r io.Reader, opts w
 		return uploadEntry{}, pathError("setting the mode of", sp, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return uploadEntry{}, pathError("writing", sp, err)
-	}
-	if err := os.Rename(tmp.Name(), hp); err != nil {
-		os.Remove(tmp.Name())
+		unix.Unlinkat(n.dir, tmpName, 0)
 		done = true
 		return uploadEntry{}, pathError("writing", sp, err)
 	}
 	done = true
-	return uploadEntry{Path: sp, Name: path.Base(sp), Type: "file"}, nil
+	if err := unix.Renameat(n.dir, tmpName, n.dir, n.name); err != nil {
+		unix.Unlinkat(n.dir, tmpName, 0)
+		return uploadEntry{}, pathError("writing", sp, err)
+	}
+	return uploadEntry{Path: encodePath(sp), Name: encodePath(path.Base(sp)), Type: "file"}, nil
 }
 
 // tarDownload serves GET /cove/tar?path=DIR: the tree under DIR as a tar
-// stream (members relative to DIR).
+// stream (members relative to DIR). The tree is walked from a descriptor
+// of DIR and never leaves it.
 func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
-	sp, hp, err := f.srv.resolveCtx(r.Context(), r.URL.Query().Get("path"), true)
+	p := r.URL.Query().Get("path")
+	n, err := f.srv.lookup(r.Context(), p, lookupOpts{follow: true})
 	if err != nil {
-		f.httpError(w, err)
+		f.httpError(w, pathError("archiving", p, err))
 		return
 	}
-	fi, err := os.Stat(hp)
+	sp := n.sp
+	if !n.isDir() {
+		n.close()
+		if !n.exists {
+			f.httpError(w, pathError("archiving", sp, unix.ENOENT))
+			return
+		}
+		f.httpError(w, fmt.Errorf("archiving %q: it is not a directory; download a single file with GET /files: %w", encodePath(sp), sandbox.ErrInvalid))
+		return
+	}
+	root, err := n.openRoot()
+	n.close()
 	if err != nil {
 		f.httpError(w, pathError("archiving", sp, err))
 		return
 	}
-	if !fi.IsDir() {
-		f.httpError(w, fmt.Errorf("archiving %q: it is not a directory; download a single file with GET /files: %w", sp, sandbox.ErrInvalid))
-		return
-	}
+	defer root.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": tarName(sp)}))
 	cw := &countWriter{w: w}
 	// Tar writes a 512-byte header per member: batch them into large
 	// chunks, or a tree of small files goes out in tiny HTTP chunks.
 	bw := bufio.NewWriterSize(cw, 256<<10)
-	err = tarball.Write(r.Context(), bw, hp)
+	err = tarball.WriteRoot(r.Context(), bw, root)
 	if err == nil {
 		err = bw.Flush()
 	}
 	if err != nil {
 		if cw.n == 0 && r.Context().Err() == nil {
-			f.httpError(w, err)
+			f.httpError(w, pathError("archiving", sp, err))
 			return
 		}
 		f.srv.log.Warn("tar download failed", "path", sp, "error", f.scrub(err))
@@ -372,7 +402,8 @@ func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
 // tarUpload serves POST /cove/tar?path=DIR: extracts the tar stream in the
 // body (optionally gzip-encoded) into DIR, creating it. A member that
 // would escape DIR is refused with 400 naming it; members before it may
-// have been written.
+// have been written. The extraction works from a descriptor of DIR and
+// never leaves it.
 func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	o, err := f.ownerFor(r.Header, q.Get("username"))
@@ -380,19 +411,29 @@ func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
 		f.httpError(w, err)
 		return
 	}
-	sp, hp, err := f.srv.resolveCtx(r.Context(), q.Get("path"), true)
+	n, err := f.srv.lookup(r.Context(), q.Get("path"), lookupOpts{follow: true, mkdir: true, owner: o})
 	if err != nil {
-		f.httpError(w, err)
+		f.httpError(w, pathError("extracting into", q.Get("path"), err))
 		return
 	}
-	if fi, err := os.Stat(hp); err == nil && !fi.IsDir() {
-		f.httpError(w, fmt.Errorf("extracting into %q: it is not a directory: %w", sp, sandbox.ErrInvalid))
+	defer n.close()
+	sp := n.sp
+	if n.exists && !n.isDir() {
+		f.httpError(w, fmt.Errorf("extracting into %q: it is not a directory: %w", encodePath(sp), sandbox.ErrInvalid))
 		return
 	}
-	if err := f.mkdirAll(sp, hp, o); err != nil {
-		f.httpError(w, err)
+	if !n.exists {
+		if err := mkdirOwned(n.dir, n.name, o); err != nil && !errors.Is(err, unix.EEXIST) {
+			f.httpError(w, pathError("creating directory", sp, err))
+			return
+		}
+	}
+	root, err := n.openRoot()
+	if err != nil {
+		f.httpError(w, pathError("extracting into", sp, err))
 		return
 	}
+	defer root.Close()
 	body, err := requestBody(r)
 	if err != nil {
 		f.httpError(w, err)
@@ -403,17 +444,17 @@ func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
 	if os.Geteuid() == 0 {
 		// As root, everything goes to the request's user (the sandbox's
 		// user by default); with no user, the archive's owners are kept.
-		opts.Chown = func(p string, hdr *tar.Header) error {
+		opts.Chown = func(root *os.Root, name string, hdr *tar.Header) error {
 			if o != nil {
-				return os.Lchown(p, o.uid, o.gid)
+				return root.Lchown(name, o.uid, o.gid)
 			}
-			return os.Lchown(p, hdr.Uid, hdr.Gid)
+			return root.Lchown(name, hdr.Uid, hdr.Gid)
 		}
 	}
-	if err := tarball.Extract(r.Context(), readTagger{body}, hp, opts); err != nil {
+	if err := tarball.ExtractRoot(r.Context(), readTagger{body}, root, opts); err != nil {
 		var re readError
 		if errors.As(err, &re) {
-			err = fmt.Errorf("extracting into %q: %w", sp, bodyError(re.err))
+			err = fmt.Errorf("extracting into %q: %w", encodePath(sp), bodyError(re.err))
 		}
 		f.httpError(w, err)
 		return
@@ -425,7 +466,7 @@ func tarName(sp string) string {
 	if sp == "/" {
 		return "root.tar"
 	}
-	return path.Base(sp) + ".tar"
+	return encodePath(path.Base(sp)) + ".tar"
 }
 
 // ownerFor is who files created for a request belong to: the user it

@@ -7,10 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/cove-sandbox/cove/guest/gen/filesystem"
@@ -26,10 +28,13 @@ import (
 )
 
 // fsService serves envd's filesystem.Filesystem service and the /files and
-// /cove/tar HTTP endpoints. Every path goes through Server.resolve, so it
-// stays inside the sandbox root (and the directory a client confines its
-// request to with ConfineHeader: resolveCtx); replies and error messages
-// name sandbox paths only, never where Root lives on the host.
+// /cove/tar HTTP endpoints. Every path goes through Server.lookup, which
+// resolves it by descriptor inside the sandbox root (and the directory a
+// client confines its request to with ConfineHeader), and every
+// operation acts on what lookup opened, so a tree the sandbox changes
+// meanwhile cannot lead it elsewhere; replies and error messages name
+// sandbox paths only (encoded, see encodePath), never where Root lives on
+// the host.
 //
 // The zero value (plus srv) is ready to use: NewServer builds it as
 // &fsService{srv: s}.
@@ -42,6 +47,29 @@ type fsService struct {
 	// mu guards watchers.
 	mu       sync.Mutex
 	watchers map[string]*pollWatcher
+
+	// root is the sandbox's root directory, opened once (O_PATH) on first
+	// use: every lookup starts from it (see lookup). Its finalizer closes
+	// it with the service.
+	rootOnce sync.Once
+	root     *os.File
+	rootErr  error
+}
+
+// rootFD is the descriptor every lookup starts from.
+func (f *fsService) rootFD() (int, error) {
+	f.rootOnce.Do(func() {
+		fd, err := unix.Open(f.srv.cfg.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			f.rootErr = fmt.Errorf("opening the sandbox's root: %w: %w", sandbox.ErrUnavailable, err)
+			return
+		}
+		f.root = os.NewFile(uintptr(fd), "/")
+	})
+	if f.rootErr != nil {
+		return -1, f.rootErr
+	}
+	return int(f.root.Fd()), nil
 }
 
 var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
@@ -49,11 +77,12 @@ var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
 // Stat describes one entry without following a final symlink (envd's
 // entryInfo uses lstat).
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	sp, hp, err := f.srv.resolveCtx(ctx, req.Msg.GetPath(), false)
+	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
 	if err != nil {
-		return nil, f.rpcError(err)
+		return nil, f.rpcError(pathError("reading", req.Msg.GetPath(), err))
 	}
-	e, err := f.entryInfo(sp, hp)
+	defer n.close()
+	e, err := f.entryInfo(ctx, n)
 	if err != nil {
 		return nil, f.rpcError(err)
 	}
@@ -64,65 +93,95 @@ func (f *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatReques
 // directory is AlreadyExists and an existing non-directory is
 // InvalidArgument.
 func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	sp, hp, err := f.srv.resolveCtx(ctx, req.Msg.GetPath(), true)
-	if err != nil {
-		return nil, f.rpcError(err)
-	}
-	fi, err := os.Stat(hp)
-	switch {
-	case err == nil && fi.IsDir():
-		return nil, f.rpcError(fmt.Errorf("directory %q already exists: %w", sp, sandbox.ErrExist))
-	case err == nil:
-		return nil, f.rpcError(fmt.Errorf("%q already exists and is not a directory; remove it first or pick another path: %w", sp, sandbox.ErrInvalid))
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, f.rpcError(pathError("checking", sp, err))
-	}
 	o, err := f.ownerFor(req.Header(), "")
 	if err != nil {
 		return nil, f.rpcError(err)
 	}
-	if err := f.mkdirAll(sp, hp, o); err != nil {
-		return nil, f.rpcError(err)
-	}
-	e, err := f.entryInfo(sp, hp)
+	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{follow: true, mkdir: true, owner: o})
 	if err != nil {
-		return nil, f.rpcError(err)
+		return nil, f.rpcError(pathError("creating directory", req.Msg.GetPath(), err))
 	}
-	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
+	defer n.close()
+	if !n.exists {
+		err := mkdirOwned(n.dir, n.name, o)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, f.rpcError(pathError("creating directory", n.sp, err))
+		}
+		if err == nil {
+			if err := n.stat(); err != nil {
+				return nil, f.rpcError(pathError("creating directory", n.sp, err))
+			}
+			e, err := f.entryInfo(ctx, n)
+			if err != nil {
+				return nil, f.rpcError(err)
+			}
+			return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
+		}
+		if err := n.stat(); err != nil {
+			return nil, f.rpcError(pathError("creating directory", n.sp, err))
+		}
+	}
+	if n.isDir() {
+		return nil, f.rpcError(fmt.Errorf("directory %q already exists: %w", encodePath(n.sp), sandbox.ErrExist))
+	}
+	return nil, f.rpcError(fmt.Errorf("%q already exists and is not a directory; remove it first or pick another path: %w", encodePath(n.sp), sandbox.ErrInvalid))
 }
 
+// NoReplaceHeader, a Cove extension, makes Move refuse an existing
+// destination with AlreadyExists (renameat2 with RENAME_NOREPLACE: no
+// window between the check and the move), where envd's Move replaces it.
+const NoReplaceHeader = "X-Cove-No-Replace"
+
 // Move renames source to destination, creating destination's parents.
-// Like rename(2) (and envd), an existing destination file is replaced.
+// Like rename(2) (and envd), an existing destination file is replaced,
+// unless the request carries NoReplaceHeader.
 func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	src, srcHost, err := f.srv.resolveCtx(ctx, req.Msg.GetSource(), false)
+	src, err := f.srv.lookup(ctx, req.Msg.GetSource(), lookupOpts{})
 	if err != nil {
-		return nil, f.rpcError(err)
+		return nil, f.rpcError(pathError("moving", req.Msg.GetSource(), err))
 	}
-	dst, dstHost, err := f.srv.resolveCtx(ctx, req.Msg.GetDestination(), false)
-	if err != nil {
-		return nil, f.rpcError(err)
-	}
-	if src == "/" || dst == "/" {
-		return nil, f.rpcError(fmt.Errorf("cannot move %q to %q: the sandbox root cannot be moved or replaced: %w", src, dst, sandbox.ErrInvalid))
-	}
-	if _, err := os.Lstat(srcHost); err != nil {
-		return nil, f.rpcError(pathError("moving", src, err))
+	defer src.close()
+	if !src.exists {
+		return nil, f.rpcError(pathError("moving", src.sp, unix.ENOENT))
 	}
 	o, err := f.ownerFor(req.Header(), "")
 	if err != nil {
 		return nil, f.rpcError(err)
 	}
-	if err := f.mkdirAll(path.Dir(dst), filepath.Dir(dstHost), o); err != nil {
-		return nil, f.rpcError(err)
+	dst, err := f.srv.lookup(ctx, req.Msg.GetDestination(), lookupOpts{mkdir: true, owner: o})
+	if err != nil {
+		return nil, f.rpcError(pathError("moving to", req.Msg.GetDestination(), err))
 	}
-	if err := os.Rename(srcHost, dstHost); err != nil {
-		return nil, f.rpcError(fmt.Errorf("moving %q to %q: %w", src, dst, mapOSError(unwrapOS(err))))
+	defer dst.close()
+	if src.sp == "/" || dst.sp == "/" {
+		return nil, f.rpcError(fmt.Errorf("cannot move %q to %q: the sandbox root cannot be moved or replaced: %w", encodePath(src.sp), encodePath(dst.sp), sandbox.ErrInvalid))
 	}
-	e, err := f.entryInfo(dst, dstHost)
+	var flags uint
+	if req.Header().Get(NoReplaceHeader) != "" {
+		flags = unix.RENAME_NOREPLACE
+	}
+	if err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, flags); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, f.rpcError(fmt.Errorf("moving %q to %q: the destination exists; remove it first: %w", encodePath(src.sp), encodePath(dst.sp), sandbox.ErrExist))
+		}
+		return nil, f.rpcError(fmt.Errorf("moving %q to %q: %w", encodePath(src.sp), encodePath(dst.sp), mapOSError(unwrapOS(err))))
+	}
+	if err := dst.stat(); err != nil || !dst.exists {
+		return nil, f.rpcError(pathError("reading", dst.sp, cmpErr(err, unix.ENOENT)))
+	}
+	e, err := f.entryInfo(ctx, dst)
 	if err != nil {
 		return nil, f.rpcError(err)
 	}
 	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
+}
+
+// cmpErr is err, or def when err is nil.
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }
 
 // ListDir lists a directory (following it if it is a symlink) down to
@@ -134,56 +193,73 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDir
 	if depth <= 0 {
 		depth = 1
 	}
-	sp, _, err := f.srv.resolveCtx(ctx, req.Msg.GetPath(), false)
+	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
 	if err != nil {
-		return nil, f.rpcError(err)
+		return nil, f.rpcError(pathError("listing", req.Msg.GetPath(), err))
 	}
-	_, hp, err := f.srv.resolveCtx(ctx, req.Msg.GetPath(), true)
-	if err != nil {
-		return nil, f.rpcError(err)
+	sp := n.sp
+	if n.isSymlink() {
+		n.close()
+		if n, err = f.srv.lookup(ctx, sp, lookupOpts{follow: true}); err != nil {
+			return nil, f.rpcError(pathError("listing", sp, err))
+		}
 	}
-	fi, err := os.Stat(hp)
+	defer n.close()
+	if !n.exists {
+		return nil, f.rpcError(pathError("listing", sp, unix.ENOENT))
+	}
+	if !n.isDir() {
+		return nil, f.rpcError(fmt.Errorf("listing %q: it is not a directory; use Stat for a single file: %w", encodePath(sp), sandbox.ErrInvalid))
+	}
+	fd, err := n.open(unix.O_RDONLY | unix.O_DIRECTORY)
 	if err != nil {
 		return nil, f.rpcError(pathError("listing", sp, err))
 	}
-	if !fi.IsDir() {
-		return nil, f.rpcError(fmt.Errorf("listing %q: it is not a directory; use Stat for a single file: %w", sp, sandbox.ErrInvalid))
-	}
+	defer unix.Close(fd)
 	var entries []*pb.EntryInfo
-	if err := f.walk(ctx, sp, hp, 1, depth, &entries); err != nil {
+	if err := f.walk(ctx, fd, sp, 1, depth, &entries); err != nil {
 		return nil, f.rpcError(err)
 	}
 	return connect.NewResponse(&pb.ListDirResponse{Entries: entries}), nil
 }
 
-// walk appends the entries of the directory hp (sandbox path sp), which is
-// at level-1 below the listed directory, recursing while level < depth.
-func (f *fsService) walk(ctx context.Context, sp, hp string, level, depth int, out *[]*pb.EntryInfo) error {
+// walk appends the entries of the open directory fd (sandbox path sp),
+// which is at level-1 below the listed directory, recursing while level <
+// depth. Subdirectories are opened relative to fd without following
+// symlinks, so the listing never leaves the tree it started in.
+func (f *fsService) walk(ctx context.Context, fd int, sp string, level, depth int, out *[]*pb.EntryInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	des, err := os.ReadDir(hp)
+	names, err := readDirNames(fd)
 	if err != nil {
 		if level > 1 && (errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist)) {
-			// An unreadable or vanished subdirectory is still listed
-			// itself; its contents are skipped rather than failing the
-			// whole listing.
 			return nil
 		}
 		return pathError("listing", sp, err)
 	}
-	for _, de := range des {
-		csp, chp := path.Join(sp, de.Name()), filepath.Join(hp, de.Name())
-		fi, err := de.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed since ReadDir
+	slices.Sort(names)
+	for _, name := range names {
+		c := &node{sp: path.Join(sp, name), dir: fd, name: name}
+		if err := c.stat(); err != nil {
+			return pathError("listing", c.sp, err)
 		}
-		if err != nil {
-			return pathError("listing", csp, err)
+		if !c.exists {
+			continue // removed since the directory was read
 		}
-		*out = append(*out, f.entryFromInfo(csp, chp, fi))
-		if fi.IsDir() && level < depth {
-			if err := f.walk(ctx, csp, chp, level+1, depth, out); err != nil {
+		*out = append(*out, f.entryFromStat(confineOf(ctx), c))
+		if c.isDir() && level < depth {
+			cfd, err := c.open(unix.O_RDONLY | unix.O_DIRECTORY)
+			if err != nil {
+				// An unreadable subdirectory, or one that vanished or was
+				// swapped for something else, is still listed itself;
+				// its contents are skipped rather than failing the whole
+				// listing.
+				continue
+			}
+			err = f.walk(ctx, cfd, c.sp, level+1, depth, out)
+			unix.Close(cfd)
+			if err != nil {
 				return err
 			}
 		}
@@ -195,63 +271,144 @@ func (f *fsService) walk(ctx context.Context, sp, hp string, level, depth int, o
 // As in envd (os.RemoveAll), a missing path is not an error. The sandbox
 // root itself cannot be removed.
 func (f *fsService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	sp, hp, err := f.srv.resolveCtx(ctx, req.Msg.GetPath(), false)
+	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
+	if errors.Is(err, unix.ENOENT) {
+		return connect.NewResponse(&pb.RemoveResponse{}), nil
+	}
 	if err != nil {
-		return nil, f.rpcError(err)
+		return nil, f.rpcError(pathError("removing", req.Msg.GetPath(), err))
 	}
-	if sp == "/" {
-		return nil, f.rpcError(fmt.Errorf("refusing to remove the sandbox root %q; remove the entries below it instead: %w", sp, sandbox.ErrInvalid))
+	defer n.close()
+	if n.sp == "/" {
+		return nil, f.rpcError(fmt.Errorf("refusing to remove the sandbox root %q; remove the entries below it instead: %w", n.sp, sandbox.ErrInvalid))
 	}
-	if err := os.RemoveAll(hp); err != nil {
-		return nil, f.rpcError(fmt.Errorf("removing %q: %w", sp, mapOSError(unwrapOS(err))))
+	if err := removeAllAt(n.dir, n.name); err != nil {
+		return nil, f.rpcError(fmt.Errorf("removing %q: %w", encodePath(n.sp), mapOSError(unwrapOS(err))))
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
 }
 
-// entryInfo describes the entry at sandbox path sp (host path hp) without
-// following a final symlink.
-func (f *fsService) entryInfo(sp, hp string) (*pb.EntryInfo, error) {
-	fi, err := os.Lstat(hp)
-	if err != nil {
-		return nil, pathError("reading", sp, err)
-	}
-	return f.entryFromInfo(sp, hp, fi), nil
-}
-
-// entryFromInfo builds an EntryInfo the way envd does: type and mode
-// (permission bits only) of a symlink are its target's (type unspecified
-// when the target is missing or outside the sandbox), while size and the
-// permissions string ("Lrwxrwxrwx") are the link's own.
-func (f *fsService) entryFromInfo(sp, hp string, fi fs.FileInfo) *pb.EntryInfo {
-	name := path.Base(sp)
-	e := &pb.EntryInfo{
-		Name:         name,
-		Path:         sp,
-		Size:         fi.Size(),
-		Permissions:  fi.Mode().String(),
-		ModifiedTime: timestamppb.New(fi.ModTime()),
-	}
-	target := fi
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		target = nil
-		if t, err := os.Readlink(hp); err == nil {
-			e.SymlinkTarget = &t
+// removeAllAt removes name in dir and, if it is a directory, everything
+// below it, by descriptor: a directory swapped for a symlink on the way
+// has the link removed, never what it points to.
+func removeAllAt(dir int, name string) error {
+	for attempt := 0; ; attempt++ {
+		err := unix.Unlinkat(dir, name, 0)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
 		}
-		if _, thp, err := f.srv.resolve(sp, true); err == nil {
-			if ti, err := os.Lstat(thp); err == nil {
-				target = ti
+		if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+			return err
+		}
+		fd, oerr := openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch {
+		case errors.Is(oerr, unix.ENOENT):
+			return nil
+		case errors.Is(oerr, unix.ENOTDIR), errors.Is(oerr, unix.ELOOP):
+			if attempt < 3 {
+				continue // no longer a directory: unlink it
+			}
+			return err
+		case oerr != nil:
+			return oerr
+		}
+		names, rerr := readDirNames(fd)
+		var first error
+		for _, n := range names {
+			if err := removeAllAt(fd, n); err != nil && first == nil {
+				first = err
 			}
 		}
+		unix.Close(fd)
+		if rerr != nil {
+			return rerr
+		}
+		err = unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.ENOTEMPTY) && first == nil && attempt < 3:
+			continue // filled again meanwhile
+		case first != nil:
+			return first
+		}
+		return err
 	}
-	if target != nil {
-		e.Type = fileType(target.Mode())
-		e.Mode = uint32(target.Mode().Perm())
+}
+
+// entryInfo describes the entry n without following a final symlink.
+func (f *fsService) entryInfo(ctx context.Context, n *node) (*pb.EntryInfo, error) {
+	if !n.exists {
+		return nil, pathError("reading", n.sp, unix.ENOENT)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		e.Owner = f.names.name(f.srv, "/etc/passwd", st.Uid)
-		e.Group = f.names.name(f.srv, "/etc/group", st.Gid)
+	return f.entryFromStat(confineOf(ctx), n), nil
+}
+
+// entryFromStat builds an EntryInfo the way envd does: type and mode
+// (permission bits only) of a symlink are its target's (type unspecified
+// when the target is missing or outside the sandbox or the request's
+// confinement), while size and the permissions string ("Lrwxrwxrwx") are
+// the link's own. Names and paths are encoded (encodePath). confine is the
+// request's confinement ("" for none).
+func (f *fsService) entryFromStat(confine string, n *node) *pb.EntryInfo {
+	mode := fileMode(n.st.Mode)
+	e := &pb.EntryInfo{
+		Name:         encodePath(path.Base(n.sp)),
+		Path:         encodePath(n.sp),
+		Size:         n.st.Size,
+		Permissions:  mode.String(),
+		ModifiedTime: timestamppb.New(time.Unix(n.st.Mtim.Unix())),
 	}
+	target, hasTarget := mode, true
+	if n.isSymlink() {
+		hasTarget = false
+		if t, err := readlinkat(n.dir, n.name); err == nil {
+			t = encodePath(t)
+			e.SymlinkTarget = &t
+		}
+		if tn, err := f.srv.lookupIn(confine, n.sp, lookupOpts{follow: true}); err == nil {
+			if tn.exists {
+				target, hasTarget = fileMode(tn.st.Mode), true
+			}
+			tn.close()
+		}
+	}
+	if hasTarget {
+		e.Type = fileType(target)
+		e.Mode = uint32(target.Perm())
+	}
+	e.Owner = f.names.name(f.srv, "/etc/passwd", n.st.Uid)
+	e.Group = f.names.name(f.srv, "/etc/group", n.st.Gid)
 	return e
+}
+
+// fileMode converts a stat(2) mode to an fs.FileMode, as os.Lstat does.
+func fileMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 func fileType(m fs.FileMode) pb.FileType {
@@ -270,37 +427,15 @@ func fileType(m fs.FileMode) pb.FileType {
 // daemon's own ids.
 type owner struct{ uid, gid int }
 
-// mkdirAll creates the directory hp (sandbox path sp) and any missing
-// parents with mode 0755, handing the ones it creates to o.
-func (f *fsService) mkdirAll(sp, hp string, o *owner) error {
-	// Find the directories that do not exist yet, deepest last, so only
-	// those are chowned.
-	var missing []string
-	for p := hp; sandbox.Within(f.srv.cfg.Root, p); p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil {
-			break
-		}
-		missing = append(missing, p)
-		if p == f.srv.cfg.Root {
-			break
-		}
-	}
-	if err := os.MkdirAll(hp, 0o755); err != nil {
-		return fmt.Errorf("creating directory %q: %w", sp, mapOSError(unwrapOS(err)))
-	}
-	if o != nil {
-		for i := len(missing) - 1; i >= 0; i-- {
-			if err := os.Lchown(missing[i], o.uid, o.gid); err != nil {
-				return fmt.Errorf("handing directory %q to uid %d: %w", toSandbox(f.srv.cfg.Root, missing[i]), o.uid, mapOSError(unwrapOS(err)))
-			}
-		}
-	}
-	return nil
-}
-
 // pathError describes err from an operation on sandbox path sp: the OS
-// error's own (host) path is dropped and the sandbox sentinel wrapped.
+// error's own (host) path is dropped and the sandbox sentinel wrapped. An
+// error that already carries a sentinel (from lookup) is returned as it
+// is.
 func pathError(op, sp string, err error) error {
+	if hasSentinel(err) {
+		return err
+	}
+	sp = encodePath(sp)
 	inner := unwrapOS(err)
 	if errors.Is(inner, fs.ErrNotExist) {
 		return fmt.Errorf("%s %q: it does not exist: %w", op, sp, mapOSError(inner))
@@ -341,7 +476,7 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 
 // scrub rewrites any host path under Root in err's message to the sandbox
 // path. It is a safety net: errors built here already name sandbox paths,
-// but one from deeper down (resolve, the tarball package) might not.
+// but one from deeper down (the tarball package) might not.
 func (f *fsService) scrub(err error) error {
 	root := f.srv.cfg.Root
 	if err == nil || root == "/" {
@@ -387,15 +522,6 @@ func (f *fsService) rpcError(err error) error {
 
 // hasSentinel reports whether err wraps one of the sandbox sentinels.
 func hasSentinel(err error) bool { return codeFor(err) != connect.CodeInternal }
-
-// statOwner returns the owner of a file.
-func statOwner(fi fs.FileInfo) (owner, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return owner{}, false
-	}
-	return owner{int(st.Uid), int(st.Gid)}, true
-}
 
 func newID() string {
 	var b [8]byte
@@ -461,36 +587,53 @@ func (n *idNames) load(s *Server, file string) *idFile {
 	if cur != nil && now.Sub(cur.checked) < idNamesTTL {
 		return cur
 	}
-	// Resolve through the sandbox so a symlinked /etc/passwd cannot make
-	// the daemon read a host file.
-	var fi fs.FileInfo
-	_, hp, err := s.resolve(file, true)
-	if err == nil {
-		fi, err = os.Stat(hp)
-	}
+	// Resolve inside the sandbox and read by descriptor, so a symlinked
+	// /etc/passwd cannot make the daemon read a host file.
+	fh, fi, err := s.openSandboxFile(file)
 	if err != nil {
 		cur = &idFile{}
-	} else if cur == nil || !fi.ModTime().Equal(cur.mtime) || fi.Size() != cur.size {
-		cur = parseIDFile(hp, file == "/etc/passwd")
-		cur.mtime, cur.size = fi.ModTime(), fi.Size()
+	} else {
+		if cur == nil || !fi.ModTime().Equal(cur.mtime) || fi.Size() != cur.size {
+			cur = parseIDFile(fh, file == "/etc/passwd")
+			cur.mtime, cur.size = fi.ModTime(), fi.Size()
+		}
+		fh.Close()
 	}
 	cur.checked = now
 	n.files[file] = cur
 	return cur
 }
 
+// openSandboxFile opens the regular file at sandbox path p for reading.
+func (s *Server) openSandboxFile(p string) (*os.File, fs.FileInfo, error) {
+	n, err := s.lookupIn("", p, lookupOpts{follow: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer n.close()
+	if !n.isRegular() {
+		return nil, nil, pathError("reading", n.sp, unix.EINVAL)
+	}
+	fd, err := n.open(unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY)
+	if err != nil {
+		return nil, nil, err
+	}
+	fh := os.NewFile(uintptr(fd), n.sp)
+	fi, err := fh.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		fh.Close()
+		return nil, nil, pathError("reading", n.sp, cmpErr(err, unix.EINVAL))
+	}
+	return fh, fi, nil
+}
+
 // parseIDFile reads a passwd ("name:x:uid:gid:...") or group
 // ("name:x:gid:...") file; malformed lines are skipped.
-func parseIDFile(hp string, passwd bool) *idFile {
+func parseIDFile(fh io.Reader, passwd bool) *idFile {
 	out := &idFile{byID: make(map[uint32]string)}
 	if passwd {
 		out.users = make(map[string]*sysUser)
 	}
-	fh, err := os.Open(hp)
-	if err != nil {
-		return out
-	}
-	defer fh.Close()
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), ":")

@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"connectrpc.com/connect"
-	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 
 	pb "github.com/cove-sandbox/cove/guest/gen/filesystem"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -44,7 +44,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchD
 	if err != nil {
 		return f.rpcError(err)
 	}
-	defer d.w.Close()
+	defer d.close()
 	start := &pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}
 	if err := stream.Send(start); err != nil {
 		return err
@@ -110,7 +110,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.C
 
 	go func() {
 		defer close(pw.done)
-		defer d.w.Close()
+		defer d.close()
 		err := d.run(wctx, func(e *pb.FilesystemEvent) error {
 			pw.mu.Lock()
 			defer pw.mu.Unlock()
@@ -191,85 +191,178 @@ func (f *fsService) closeWatchers() {
 
 // dirWatch is an inotify watch on a directory, and on every directory
 // below it when recursive, turned into envd's FilesystemEvents.
+//
+// A watch is added on the directory a descriptor refers to (through
+// /proc/self/fd), never by path: a directory the sandbox swaps for a
+// symlink cannot make the daemon watch what the link points to. Events
+// are named by the watch they come from, and the entries of
+// IncludeEntry are looked up again inside the request's confinement.
 type dirWatch struct {
 	f                       *fsService
-	w                       *fsnotify.Watcher
-	sp, hp                  string // the watched directory
+	confine                 string // the request's confinement, "" for none
+	sp                      string // the watched directory
 	recursive, includeEntry bool
+
+	ifd  int      // the inotify instance, for adding watches
+	file *os.File // the same, read through the runtime's poller
+	// dirs is the directory each watch descriptor watches, relative to
+	// sp ("." for sp itself). Only the goroutine that set the watch up
+	// and then the one running it touch it, one after the other.
+	dirs map[int32]string
+	// batches carries what the reader goroutine reads, errs its error.
+	batches   chan []inotifyEvent
+	errs      chan error
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
+// inotifyEvent is one event as the kernel reports it.
+type inotifyEvent struct {
+	wd   int32
+	mask uint32
+	name string // in the watched directory; "" for the directory itself
+}
+
+// watchMask is what fsnotify asks for on Add: the events envd reports.
+const watchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_DELETE | unix.IN_DELETE_SELF |
+	unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_MOVE_SELF | unix.IN_ATTRIB | unix.IN_ONLYDIR
+
 // openWatch starts watching the directory p (following it if it is a
-// symlink). The caller closes d.w.
+// symlink). The caller calls d.close.
 func (f *fsService) openWatch(ctx context.Context, p string, recursive, includeEntry bool) (*dirWatch, error) {
-	sp, hp, err := f.srv.resolveCtx(ctx, p, true)
+	n, err := f.srv.lookup(ctx, p, lookupOpts{follow: true})
 	if err != nil {
+		return nil, pathError("watching", p, err)
+	}
+	defer n.close()
+	if !n.exists {
+		return nil, pathError("watching", n.sp, unix.ENOENT)
+	}
+	if !n.isDir() {
+		return nil, fmt.Errorf("watching %q: it is not a directory; watch its parent directory instead: %w", encodePath(n.sp), sandbox.ErrInvalid)
+	}
+	fd, err := n.open(unix.O_RDONLY | unix.O_DIRECTORY)
+	if err != nil {
+		return nil, pathError("watching", n.sp, err)
+	}
+	defer unix.Close(fd)
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, watchError(n.sp, err)
+	}
+	d := &dirWatch{
+		f: f, confine: confineOf(ctx), sp: n.sp, recursive: recursive, includeEntry: includeEntry,
+		ifd: ifd, file: os.NewFile(uintptr(ifd), "inotify"), dirs: map[int32]string{},
+		batches: make(chan []inotifyEvent), errs: make(chan error, 1), done: make(chan struct{}),
+	}
+	if err := d.addTree(fd, ".", nil); err != nil {
+		d.close()
 		return nil, err
 	}
-	fi, err := os.Stat(hp)
-	if err != nil {
-		return nil, pathError("watching", sp, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("watching %q: it is not a directory; watch its parent directory instead: %w", sp, sandbox.ErrInvalid)
-	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, watchError(sp, err)
-	}
-	d := &dirWatch{f: f, w: w, sp: sp, hp: hp, recursive: recursive, includeEntry: includeEntry}
-	if recursive {
-		err = d.addTree(hp, nil)
-	} else if err = w.Add(hp); err != nil {
-		err = watchError(sp, err)
-	}
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
+	go d.read()
 	return d, nil
+}
+
+// close stops the watch.
+func (d *dirWatch) close() {
+	d.closeOnce.Do(func() {
+		close(d.done)
+		d.file.Close()
+	})
+}
+
+// read passes the kernel's events to run until the watch is closed.
+func (d *dirWatch) read() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := d.file.Read(buf)
+		if err != nil {
+			select {
+			case d.errs <- err:
+			case <-d.done:
+			}
+			return
+		}
+		var evs []inotifyEvent
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			raw := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			end := off + unix.SizeofInotifyEvent + int(raw.Len)
+			if end > n {
+				break
+			}
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
+			evs = append(evs, inotifyEvent{wd: raw.Wd, mask: raw.Mask, name: name})
+			off = end
+		}
+		select {
+		case d.batches <- evs:
+		case <-d.done:
+			return
+		}
+	}
 }
 
 // watchError explains a failure to set up an inotify watch on sp.
 func watchError(sp string, err error) error {
 	inner := unwrapOS(err)
 	if errors.Is(inner, syscall.ENOSPC) || errors.Is(inner, syscall.EMFILE) {
-		return fmt.Errorf("watching %q: the kernel's inotify limit is reached; watch fewer directories or raise fs.inotify.max_user_watches and fs.inotify.max_user_instances: %w", sp, sandbox.ErrLimit)
+		return fmt.Errorf("watching %q: the kernel's inotify limit is reached; watch fewer directories or raise fs.inotify.max_user_watches and fs.inotify.max_user_instances: %w", encodePath(sp), sandbox.ErrLimit)
+	}
+	if errors.Is(inner, syscall.ENOENT) {
+		// procFD's path is missing: /proc is not mounted.
+		return fmt.Errorf("watching %q: the daemon cannot reach /proc/self/fd: %w", encodePath(sp), sandbox.ErrUnavailable)
 	}
 	return pathError("watching", sp, err)
 }
 
-// addTree watches root and every directory below it, without following
-// symlinks. With emit set (root was just created inside a recursive
-// watch) it also reports a create event for each entry found, since
-// they may have appeared before the watch was in place; a client may then
-// see some creations twice. A failure on root itself or an exhausted
-// inotify limit is an error; directories that vanish or cannot be read
-// are skipped.
-func (d *dirWatch) addTree(root string, emit func(*pb.FilesystemEvent) error) error {
-	return filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
-		if err != nil {
-			if p == root {
-				return watchError(d.sandboxPath(p), err)
-			}
-			return nil
+// addTree watches the open directory fd (rel below the watched one) and,
+// in a recursive watch, every directory below it, opened by descriptor
+// without following symlinks. With emit set (rel was just created inside
+// a recursive watch) it also reports a create event for each entry found,
+// since they may have appeared before the watch was in place; a client
+// may then see some creations twice. A failure on the watched directory
+// itself or an exhausted inotify limit is an error; directories that
+// vanish or cannot be read are skipped.
+func (d *dirWatch) addTree(fd int, rel string, emit func(*pb.FilesystemEvent) error) error {
+	wd, err := unix.InotifyAddWatch(d.ifd, procFD(fd), watchMask)
+	if err != nil {
+		werr := watchError(path.Join(d.sp, rel), err)
+		if rel == "." || errors.Is(werr, sandbox.ErrLimit) || errors.Is(werr, sandbox.ErrUnavailable) {
+			return werr
 		}
-		if p != root && emit != nil {
-			if err := d.emit(p, fsnotify.Create, emit); err != nil {
+		return nil
+	}
+	d.dirs[int32(wd)] = rel
+	if !d.recursive {
+		return nil
+	}
+	names, err := readDirNames(fd)
+	if err != nil {
+		return nil
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		crel := path.Join(rel, name)
+		if emit != nil {
+			if err := d.emit(crel, unix.IN_CREATE, emit); err != nil {
 				return err
 			}
 		}
-		if !de.IsDir() {
-			return nil
+		var st unix.Stat_t
+		if fstatat(fd, name, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
 		}
-		if err := d.w.Add(p); err != nil {
-			werr := watchError(d.sandboxPath(p), err)
-			if p == root || errors.Is(werr, sandbox.ErrLimit) {
-				return werr
-			}
-			return fs.SkipDir
+		cfd, err := openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
 		}
-		return nil
-	})
+		err = d.addTree(cfd, crel, emit)
+		unix.Close(cfd)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // run delivers events to emit until ctx ends, emit fails or the watch
@@ -291,20 +384,13 @@ func (d *dirWatch) run(ctx context.Context, emit func(*pb.FilesystemEvent) error
 			if err := keepalive(); err != nil {
 				return err
 			}
-		case err, ok := <-d.w.Errors:
-			if !ok {
-				return fmt.Errorf("watching %q: the watch was closed: %w", d.sp, sandbox.ErrUnavailable)
-			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				return fmt.Errorf("watching %q: more changes happened than the kernel could queue and some were lost; watch again: %w", d.sp, sandbox.ErrLimit)
-			}
-			return fmt.Errorf("watching %q: %w", d.sp, mapOSError(unwrapOS(err)))
-		case ev, ok := <-d.w.Events:
-			if !ok {
-				return fmt.Errorf("watching %q: the watch was closed: %w", d.sp, sandbox.ErrUnavailable)
-			}
-			if err := d.handle(ev, emit); err != nil {
-				return err
+		case err := <-d.errs:
+			return fmt.Errorf("watching %q: %w", encodePath(d.sp), mapOSError(unwrapOS(err)))
+		case evs := <-d.batches:
+			for _, ev := range evs {
+				if err := d.handle(ev, emit); err != nil {
+					return err
+				}
 			}
 			if ticker != nil {
 				ticker.Reset(keepEvery)
@@ -313,47 +399,86 @@ func (d *dirWatch) run(ctx context.Context, emit func(*pb.FilesystemEvent) error
 	}
 }
 
-// handle turns one inotify event into envd events and, in a recursive
-// watch, starts watching a directory that was just created.
-func (d *dirWatch) handle(ev fsnotify.Event, emit func(*pb.FilesystemEvent) error) error {
-	if err := d.emit(ev.Name, ev.Op, emit); err != nil {
+// handle turns one inotify event into envd events, as fsnotify (which
+// envd uses) would, and in a recursive watch starts watching a directory
+// that was just created.
+func (d *dirWatch) handle(ev inotifyEvent, emit func(*pb.FilesystemEvent) error) error {
+	if ev.mask&unix.IN_Q_OVERFLOW != 0 {
+		return fmt.Errorf("watching %q: more changes happened than the kernel could queue and some were lost; watch again: %w", encodePath(d.sp), sandbox.ErrLimit)
+	}
+	dir, ok := d.dirs[ev.wd]
+	if !ok {
+		return nil // a watch already removed
+	}
+	rel := dir
+	if ev.name != "" {
+		rel = path.Join(dir, ev.name)
+	}
+	switch {
+	case ev.mask&(unix.IN_IGNORED|unix.IN_UNMOUNT) != 0:
+		delete(d.dirs, ev.wd)
+		return nil
+	case ev.mask&unix.IN_DELETE_SELF != 0:
+		// The parent's watch reports the removal of a subdirectory.
+		delete(d.dirs, ev.wd)
+		if dir != "." {
+			return nil
+		}
+	case ev.mask&unix.IN_MOVE_SELF != 0:
+		// The directory moved: its name here is stale, so stop watching
+		// it (a move within the tree is seen by the parent's watch, which
+		// then watches it under its new name).
+		unix.InotifyRmWatch(d.ifd, uint32(ev.wd))
+		delete(d.dirs, ev.wd)
+	}
+	if err := d.emit(rel, ev.mask, emit); err != nil {
 		return err
 	}
-	if d.recursive && ev.Has(fsnotify.Create) {
-		if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
-			return d.addTree(ev.Name, emit)
+	if d.recursive && ev.mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 && ev.mask&unix.IN_ISDIR != 0 {
+		n, err := d.f.srv.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{})
+		if err != nil {
+			return nil
 		}
+		defer n.close()
+		if !n.isDir() {
+			return nil
+		}
+		fd, err := n.open(unix.O_RDONLY | unix.O_DIRECTORY)
+		if err != nil {
+			return nil
+		}
+		defer unix.Close(fd)
+		return d.addTree(fd, rel, emit)
 	}
 	return nil
 }
 
-// emit reports the operations in op on host path name, in envd's order
-// (create, rename, chmod, write, remove), one event each.
-func (d *dirWatch) emit(name string, op fsnotify.Op, emit func(*pb.FilesystemEvent) error) error {
-	rel, err := filepath.Rel(d.hp, name)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return nil
-	}
-	rel = filepath.ToSlash(rel)
+// emit reports the operations in mask on rel (relative to the watched
+// directory), in envd's order (create, rename, chmod, write, remove), one
+// event each.
+func (d *dirWatch) emit(rel string, mask uint32, emit func(*pb.FilesystemEvent) error) error {
 	for _, m := range []struct {
-		op fsnotify.Op
-		t  pb.EventType
+		mask uint32
+		t    pb.EventType
 	}{
-		{fsnotify.Create, pb.EventType_EVENT_TYPE_CREATE},
-		{fsnotify.Rename, pb.EventType_EVENT_TYPE_RENAME},
-		{fsnotify.Chmod, pb.EventType_EVENT_TYPE_CHMOD},
-		{fsnotify.Write, pb.EventType_EVENT_TYPE_WRITE},
-		{fsnotify.Remove, pb.EventType_EVENT_TYPE_REMOVE},
+		{unix.IN_CREATE | unix.IN_MOVED_TO, pb.EventType_EVENT_TYPE_CREATE},
+		{unix.IN_MOVE_SELF | unix.IN_MOVED_FROM, pb.EventType_EVENT_TYPE_RENAME},
+		{unix.IN_ATTRIB, pb.EventType_EVENT_TYPE_CHMOD},
+		{unix.IN_MODIFY, pb.EventType_EVENT_TYPE_WRITE},
+		{unix.IN_DELETE | unix.IN_DELETE_SELF, pb.EventType_EVENT_TYPE_REMOVE},
 	} {
-		if !op.Has(m.op) {
+		if mask&m.mask == 0 {
 			continue
 		}
-		e := &pb.FilesystemEvent{Name: rel, Type: m.t}
+		e := &pb.FilesystemEvent{Name: encodePath(rel), Type: m.t}
 		// Removed and renamed paths are gone: stat-ing them could only
 		// describe something else that took their place.
 		if d.includeEntry && m.t != pb.EventType_EVENT_TYPE_REMOVE && m.t != pb.EventType_EVENT_TYPE_RENAME {
-			if info, err := d.f.entryInfo(path.Join(d.sp, rel), name); err == nil {
-				e.Entry = info
+			if n, err := d.f.srv.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{}); err == nil {
+				if n.exists {
+					e.Entry = d.f.entryFromStat(d.confine, n)
+				}
+				n.close()
 			}
 		}
 		if err := emit(e); err != nil {
@@ -361,8 +486,4 @@ func (d *dirWatch) emit(name string, op fsnotify.Op, emit func(*pb.FilesystemEve
 		}
 	}
 	return nil
-}
-
-func (d *dirWatch) sandboxPath(host string) string {
-	return toSandbox(d.f.srv.cfg.Root, host)
 }

@@ -9,8 +9,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
 )
@@ -19,66 +24,425 @@ import (
 // MAXSYMLINKS.
 const maxSymlinks = 40
 
-// resolve maps p (absolute in the sandbox, or relative to the workdir) to
-// the sandbox path it names and the host path under Root, following
-// symlinks on the way and the final one too when follow is set. A symlink
-// that leads outside Root, "..", a NUL byte or an over-long name gives an
-// error wrapping sandbox.ErrInvalid. Missing components are fine: the
-// result is where they would be created.
-func (s *Server) resolve(p string, follow bool) (sandboxPath, hostPath string, err error) {
+// Paths are resolved by file descriptor, never by host path: the sandbox
+// can change its tree while the daemon works on it (swap a directory for
+// a symlink to /etc, or to the host for the hostproc runtime, in a loop),
+// and a path checked in user space and then opened by the kernel could
+// lead elsewhere by the time it is opened. So lookup starts from a
+// descriptor of the root opened once, opens every directory on the way
+// relative to the previous one without following symlinks (openat2 with
+// RESOLVE_NO_SYMLINKS in one call when nothing on the way is a link, one
+// openat with O_NOFOLLOW per component otherwise), reads the symlinks it
+// meets itself and restarts from the root with their target, so it
+// decides at every hop whether the link stays in the sandbox and in the
+// request's confinement. What it returns is the parent directory, held
+// open, and the final name: every operation is then made relative to
+// that descriptor (fstatat, openat with O_NOFOLLOW, mkdirat, unlinkat,
+// renameat2, fchownat with AT_SYMLINK_NOFOLLOW) or on the descriptor of
+// the opened file itself (fstat, read, fchown, fchmod). Recursive
+// operations go on by descriptor from there.
+//
+// ".." is resolved lexically, before anything is looked up (as
+// sandbox.ResolvePath does), and in a symlink's target relative to the
+// link's directory.
+
+// node is an entry of the sandbox found by lookup: its parent directory,
+// held open, and its name there. The entry itself may not exist yet.
+type node struct {
+	sp     string      // sandbox path, after the symlinks lookup followed
+	dir    int         // O_PATH descriptor of the parent directory; the root's for "/"
+	name   string      // name in dir; "." for the root
+	st     unix.Stat_t // the entry, not following a symlink; valid when exists
+	exists bool
+	own    bool // dir is the node's to close
+}
+
+// close releases the node's directory.
+func (n *node) close() {
+	if n != nil && n.own {
+		unix.Close(n.dir)
+		n.own = false
+	}
+}
+
+func (n *node) isDir() bool     { return n.exists && n.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+func (n *node) isSymlink() bool { return n.exists && n.st.Mode&unix.S_IFMT == unix.S_IFLNK }
+func (n *node) isRegular() bool { return n.exists && n.st.Mode&unix.S_IFMT == unix.S_IFREG }
+
+// open opens the entry itself, never through a symlink that may have
+// taken its place.
+func (n *node) open(flags int) (int, error) {
+	return openat(n.dir, n.name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// stat refreshes n.st and n.exists.
+func (n *node) stat() error {
+	err := fstatat(n.dir, n.name, &n.st)
+	n.exists = err == nil
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
+
+// lookupOpts says how lookup treats the path.
+type lookupOpts struct {
+	// follow makes lookup follow a final symlink too.
+	follow bool
+	// mkdir creates missing directories on the way (not the final
+	// component) with mode 0755, handing them to owner when set.
+	mkdir bool
+	owner *owner
+}
+
+// lookup resolves p (absolute in the sandbox, relative to the request's
+// confinement or else to the workdir, with the escapes of decodePath)
+// inside the root and the request's confinement (see withConfine). A
+// symlink that leads outside either, "..", a NUL byte or an over-long
+// name gives an error wrapping sandbox.ErrInvalid; a missing directory on
+// the way or a file in the place of one gives the errno (ENOENT,
+// ENOTDIR), for the caller to name the operation. A missing final entry
+// is not an error: the node says where it would be created. The caller
+// closes the node.
+func (s *Server) lookup(ctx context.Context, p string, o lookupOpts) (*node, error) {
+	return s.lookupIn(confineOf(ctx), p, o)
+}
+
+// confineOf is the confinement of the request in ctx, "" for none.
+func confineOf(ctx context.Context) string {
+	c, _ := ctx.Value(confineKey{}).(string)
+	return c
+}
+
+// lookupIn is lookup with the confinement given ("" for none).
+func (s *Server) lookupIn(confine, p string, o lookupOpts) (*node, error) {
+	sp, err := s.absPath(confine, p)
+	if err != nil {
+		return nil, err
+	}
+	if confine == "" {
+		confine = "/"
+	}
+	if !sandbox.Within(confine, sp) {
+		return nil, fmt.Errorf("path %q is outside %s: %w", p, confine, sandbox.ErrInvalid)
+	}
+	return s.walk(p, sp, confine, o)
+}
+
+// absPath is the clean absolute sandbox path that p names, before any
+// symlink: relative paths are under the confinement, else the workdir.
+func (s *Server) absPath(confine, p string) (string, error) {
+	p = decodePath(p)
 	if p == "" {
 		p = "."
 	}
 	if !path.IsAbs(p) {
-		p = s.cfg.Workdir + "/" + p
+		base := s.cfg.Workdir
+		if confine != "" {
+			base = confine
+		}
+		p = base + "/" + p
 	}
-	sp, err := sandbox.ResolvePath("/", p)
+	return sandbox.ResolvePath("/", p)
+}
+
+// walk resolves the clean absolute sandbox path sp, requested as p.
+func (s *Server) walk(p, sp, confine string, o lookupOpts) (*node, error) {
+	rootFD, err := s.fs.rootFD()
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
-	root := s.cfg.Root
-	rest := splitPath(sp)
-	cur := root
 	hops := 0
-	for len(rest) > 0 {
-		name := rest[0]
-		rest = rest[1:]
-		next := filepath.Join(cur, name)
-		fi, err := os.Lstat(next)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-				cur = filepath.Join(append([]string{next}, rest...)...)
-				break
-			}
-			return "", "", fmt.Errorf("resolving %q: %w", p, mapOSError(unwrapOS(err)))
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 || (len(rest) == 0 && !follow) {
-			cur = next
-			continue
-		}
+	// hop replaces sp by where the symlink at linkSP (whose target is
+	// target) leads, followed by rest.
+	hop := func(linkSP, target string, rest []string) error {
 		hops++
 		if hops > maxSymlinks {
-			return "", "", fmt.Errorf("resolving %q: too many levels of symbolic links: %w", p, sandbox.ErrInvalid)
+			return fmt.Errorf("resolving %q: too many levels of symbolic links: %w", p, sandbox.ErrInvalid)
 		}
-		target, err := os.Readlink(next)
-		if err != nil {
-			return "", "", fmt.Errorf("reading symlink %q: %w", p, mapOSError(unwrapOS(err)))
+		dest, ok := s.linkDest(path.Dir(linkSP), target)
+		if !ok {
+			return fmt.Errorf("path %q goes through symlink %q, which points to %q outside the sandbox: %w",
+				p, encodePath(linkSP), encodePath(target), sandbox.ErrInvalid)
 		}
-		var dest string
-		if filepath.IsAbs(target) {
-			dest = filepath.Clean(target)
-		} else {
-			dest = filepath.Join(cur, target)
+		next := path.Join(append([]string{dest}, rest...)...)
+		if !sandbox.Within(confine, next) {
+			return fmt.Errorf("path %q leads to %q, outside %s: %w", p, encodePath(next), confine, sandbox.ErrInvalid)
 		}
-		if !sandbox.Within(root, dest) {
-			return "", "", fmt.Errorf("path %q goes through symlink %q, which points to %q outside the sandbox: %w",
-				p, toSandbox(root, next), target, sandbox.ErrInvalid)
-		}
-		// Walk the target again from the root: it may hold symlinks too.
-		rest = append(splitPath(toSandbox(root, dest)), rest...)
-		cur = root
+		sp = next
+		return nil
 	}
-	return toSandbox(root, cur), cur, nil
+restart:
+	for {
+		parts := splitPath(sp)
+		if len(parts) == 0 {
+			n := &node{sp: "/", dir: rootFD, name: "."}
+			if err := n.stat(); err != nil {
+				return nil, err
+			}
+			return n, nil
+		}
+		// The parent directory: in one call when nothing on the way is a
+		// symlink or missing, else component by component.
+		dir, own := rootFD, false
+		if len(parts) > 1 {
+			fd, err := openBeneath(rootFD, strings.Join(parts[:len(parts)-1], "/"))
+			if err == nil {
+				dir, own = fd, true
+			} else {
+				for i := 0; i < len(parts)-1; {
+					fd, err := openat(dir, parts[i], unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+					if err == nil {
+						if own {
+							unix.Close(dir)
+						}
+						dir, own = fd, true
+						i++
+						continue
+					}
+					here := "/" + strings.Join(parts[:i+1], "/")
+					switch {
+					case errors.Is(err, unix.ENOENT) && o.mkdir:
+						err = mkdirOwned(dir, parts[i], o.owner)
+						if err == nil || errors.Is(err, unix.EEXIST) {
+							// Open what is there now; hops bounds the loop
+							// against a sandbox that keeps removing it.
+							if hops++; hops <= maxSymlinks {
+								continue
+							}
+							err = unix.ELOOP
+						}
+					case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
+						target, lerr := readlinkat(dir, parts[i])
+						switch {
+						case lerr == nil:
+							if own {
+								unix.Close(dir)
+							}
+							if err := hop(here, target, parts[i+1:]); err != nil {
+								return nil, err
+							}
+							continue restart
+						case errors.Is(lerr, unix.EINVAL):
+							err = unix.ENOTDIR // a file where a directory should be
+						case errors.Is(lerr, unix.ENOENT):
+							err = unix.ENOENT
+						}
+					}
+					if own {
+						unix.Close(dir)
+					}
+					return nil, err
+				}
+			}
+		}
+		n := &node{sp: sp, dir: dir, name: parts[len(parts)-1], own: own}
+		if err := n.stat(); err != nil {
+			n.close()
+			return nil, err
+		}
+		if o.follow && n.isSymlink() {
+			target, err := readlinkat(n.dir, n.name)
+			n.close()
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				continue // replaced since the stat: look again
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := hop(sp, target, nil); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return n, nil
+	}
+}
+
+// openat2Missing is set once the kernel has refused openat2 (older than
+// 5.6, or a sandbox kernel such as gVisor without it): lookups then walk
+// component by component.
+var openat2Missing atomic.Bool
+
+// openBeneath opens the directory rel (clean, relative) under the root in
+// one call when no component is a symlink; any error sends the caller to
+// the walk by component, which tells the cases apart.
+func openBeneath(rootFD int, rel string) (int, error) {
+	if openat2Missing.Load() {
+		return -1, unix.ENOSYS
+	}
+	for {
+		fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		switch {
+		case err == nil:
+			return fd, nil
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+			continue
+		case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
+			// EPERM: a seccomp filter that refuses the call.
+			openat2Missing.Store(true)
+		}
+		return -1, err
+	}
+}
+
+// linkDest is the sandbox path a symlink in directory dirSP with target
+// leads to. Inside real isolation (Root "/") the target is a path of the
+// sandbox, as the kernel resolves it for the sandbox's processes. When
+// Root is a host directory (the hostproc runtime, whose processes see the
+// host), an absolute target is a host path and counts only when it is
+// under Root, and a relative one may not climb above Root. ok is false
+// when the link leads outside the sandbox.
+func (s *Server) linkDest(dirSP, target string) (dest string, ok bool) {
+	root := s.cfg.Root
+	if path.IsAbs(target) {
+		if root == "/" {
+			return path.Clean(target), true
+		}
+		host := filepath.Clean(target)
+		if !sandbox.Within(root, host) {
+			return "", false
+		}
+		return toSandbox(root, host), true
+	}
+	if root != "/" && escapesLexically(dirSP+"/"+target) {
+		return "", false
+	}
+	return path.Join(dirSP, target), true
+}
+
+// escapesLexically reports whether walking the absolute path p component
+// by component ever climbs above "/".
+func escapesLexically(p string) bool {
+	depth := 0
+	for _, name := range strings.Split(p, "/") {
+		switch name {
+		case "", ".":
+		case "..":
+			depth--
+			if depth < 0 {
+				return true
+			}
+		default:
+			depth++
+		}
+	}
+	return false
+}
+
+// mkdirOwned makes directory name in dir with mode 0755 and hands it to
+// o. fchownat with AT_SYMLINK_NOFOLLOW: if the sandbox swaps the new
+// directory for a symlink in between, the link is chowned, not its
+// target.
+func mkdirOwned(dir int, name string, o *owner) error {
+	if err := unix.Mkdirat(dir, name, 0o755); err != nil {
+		return err
+	}
+	if o != nil {
+		if err := unix.Fchownat(dir, name, o.uid, o.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openat is unix.Openat retried on EINTR.
+func openat(dir int, name string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, flags, mode)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+func fstatat(dir int, name string, st *unix.Stat_t) error {
+	for {
+		err := unix.Fstatat(dir, name, st, unix.AT_SYMLINK_NOFOLLOW)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// readlinkat reads the symlink name in dir.
+func readlinkat(dir int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dir, name, buf)
+		if err == unix.EINTR {
+			size /= 2
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+// readDirNames reads the names in the open directory fd, without "." and
+// "..", in the order the filesystem gives them.
+func readDirNames(fd int) ([]string, error) {
+	buf := make([]byte, 16<<10)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// procFD is the /proc path of the daemon's descriptor fd: opening it (or
+// adding an inotify watch on it) reaches the very file fd refers to,
+// wherever it now is, with no path walk the sandbox could redirect.
+func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// openRoot opens the directory n as an os.Root, for the code that walks a
+// tree with one (the tarball package): from there on, nothing leaves the
+// directory. n is opened by descriptor and reopened through /proc, and
+// the result is checked to be the same directory.
+func (n *node) openRoot() (*os.Root, error) {
+	fd, err := n.open(unix.O_PATH | unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var want unix.Stat_t
+	if err := unix.Fstat(fd, &want); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(procFD(fd))
+	if err != nil {
+		return nil, fmt.Errorf("reopening %q: %w: %w", encodePath(n.sp), sandbox.ErrUnavailable, unwrapOS(err))
+	}
+	fi, err := root.Stat(".")
+	if st, ok := statT(fi); err != nil || !ok || st.Dev != want.Dev || st.Ino != want.Ino {
+		root.Close()
+		return nil, fmt.Errorf("reopening %q through /proc/self/fd gave another directory; is /proc mounted? %w", encodePath(n.sp), sandbox.ErrUnavailable)
+	}
+	return root, nil
+}
+
+func statT(fi fs.FileInfo) (*syscall.Stat_t, bool) {
+	if fi == nil {
+		return nil, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return st, ok
 }
 
 // toSandbox turns a host path under root into its sandbox path.
@@ -133,7 +497,7 @@ type confineKey struct{}
 func withConfine(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := r.Header.Get(ConfineHeader); c != "" {
-			root, err := sandbox.ResolvePath("/", c)
+			root, err := sandbox.ResolvePath("/", decodePath(c))
 			if err != nil || !path.IsAbs(c) {
 				writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("%s header %q: want an absolute sandbox path", ConfineHeader, c))
 				return
@@ -144,19 +508,93 @@ func withConfine(h http.Handler) http.Handler {
 	})
 }
 
-// resolveCtx is resolve plus the request's confinement: the result, after
-// symlinks, must lie within the confined directory.
+// resolveCtx resolves p for the request in ctx (see lookup) to its
+// sandbox path and where that is on the host, for what must be named by
+// path (a process's working directory).
+// A path through a missing directory or a file is not an error: the
+// result is the path as asked, which the caller finds missing.
 func (s *Server) resolveCtx(ctx context.Context, p string, follow bool) (sandboxPath, hostPath string, err error) {
-	confine, _ := ctx.Value(confineKey{}).(string)
-	if confine != "" && !path.IsAbs(p) {
-		p = confine + "/" + p
+	n, err := s.lookup(ctx, p, lookupOpts{follow: follow})
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		sp, err := s.absPath(confineOf(ctx), p)
+		if err != nil {
+			return "", "", err
+		}
+		return sp, filepath.Join(s.cfg.Root, sp), nil
 	}
-	sp, hp, err := s.resolve(p, follow)
 	if err != nil {
 		return "", "", err
 	}
-	if confine != "" && !sandbox.Within(confine, sp) {
-		return "", "", fmt.Errorf("path %q leads to %q, outside %s: %w", p, sp, confine, sandbox.ErrInvalid)
+	n.close()
+	return n.sp, filepath.Join(s.cfg.Root, n.sp), nil
+}
+
+// Names that are not UTF-8. A Linux file name is any bytes but "/" and
+// NUL, while the API's strings (protobuf, JSON) must be UTF-8. So names
+// and paths leave the daemon encoded, and come back decoded, this way:
+// each byte of a name that is not part of valid UTF-8 is written as
+// nameEscape followed by its value in two upper-case hex digits ("\xff"
+// becomes "‛FF"), and a nameEscape that is part of the name is doubled.
+// Every other name, which is to say every UTF-8 name without U+201B, is
+// unchanged. Decoding takes "‛‛" back to "‛" and "‛XX" back to the byte
+// 0xXX only for 0x80 to 0xFF (the bytes that can be invalid UTF-8: an
+// escape never makes a "/", a NUL or a "."); any other "‛" stays as it
+// is, so a client that types a name with one still reaches it. The same
+// escape as rclone's for such names (U+201B, SINGLE HIGH-REVERSED-9
+// QUOTATION MARK): readable, and rare in real names.
+const nameEscape = '\u201b'
+
+// encodePath makes a sandbox path (or a name, or a symlink target) safe
+// to send: see nameEscape.
+func encodePath(p string) string {
+	if utf8.ValidString(p) && !strings.ContainsRune(p, nameEscape) {
+		return p
 	}
-	return sp, hp, nil
+	var b strings.Builder
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRuneInString(p[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "%c%02X", nameEscape, p[i])
+		case r == nameEscape:
+			b.WriteRune(nameEscape)
+			b.WriteRune(nameEscape)
+		default:
+			b.WriteString(p[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// decodePath undoes encodePath on a path a client sent.
+func decodePath(p string) string {
+	if !strings.ContainsRune(p, nameEscape) {
+		return p
+	}
+	const escLen = len(string(nameEscape))
+	var b strings.Builder
+	for i := 0; i < len(p); {
+		if !strings.HasPrefix(p[i:], string(nameEscape)) {
+			b.WriteByte(p[i])
+			i++
+			continue
+		}
+		rest := p[i+escLen:]
+		if strings.HasPrefix(rest, string(nameEscape)) {
+			b.WriteRune(nameEscape)
+			i += 2 * escLen
+			continue
+		}
+		if len(rest) >= 2 {
+			if v, err := strconv.ParseUint(rest[:2], 16, 8); err == nil && v >= 0x80 {
+				b.WriteByte(byte(v))
+				i += escLen + 2
+				continue
+			}
+		}
+		b.WriteRune(nameEscape)
+		i += escLen
+	}
+	return b.String()
 }

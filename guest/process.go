@@ -168,6 +168,9 @@ func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return connectError(err)
 	}
+	if deadline, ok := ctx.Deadline(); ok {
+		m.killAt(p, deadline)
+	}
 	c := p.log.attach(true)
 	if err := stream.Send(&pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}); err != nil {
 		p.log.detach(c)
@@ -191,6 +194,30 @@ func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.Co
 	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
 	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
+}
+
+// killAt kills p's process group at deadline unless it has ended by
+// then. The deadline of a Start call (Connect-Timeout-Ms, which E2B's
+// SDKs send as a command's timeoutMs, 60 s by default) is the command's,
+// as in envd: it holds whether or not the client is still attached, and
+// the stream itself ends at the same moment with deadline_exceeded. A
+// Start without a deadline (Session.Start, a detached command) and the
+// deadline of a Connect call (a client that reattaches for a while) do
+// not limit the process.
+func (m *processManager) killAt(p *proc, deadline time.Time) {
+	t := time.AfterFunc(time.Until(deadline), func() {
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		syscall.Kill(-p.pid, syscall.SIGKILL)
+		syscall.Kill(p.pid, syscall.SIGKILL)
+	})
+	go func() {
+		<-p.exited
+		t.Stop()
+	}()
 }
 
 // register records a named stream so detachStream can end it: the

@@ -346,7 +346,11 @@ func (s *Session) Move(ctx context.Context, src, dst string) error {
 	if _, err := s.c.FS.Stat(ctx, req(s, &fspb.StatRequest{Path: ds})); err == nil {
 		return fmt.Errorf("moving %q to %q: the destination exists; remove it first: %w", ss, ds, sandbox.ErrExist)
 	}
-	if _, err := s.c.FS.Move(ctx, req(s, &fspb.MoveRequest{Source: ss, Destination: ds})); err != nil {
+	// The check above names the problem; the header makes the daemon
+	// refuse a destination that appears meanwhile (RENAME_NOREPLACE).
+	mr := req(s, &fspb.MoveRequest{Source: ss, Destination: ds})
+	mr.Header().Set(NoReplaceHeader, "1")
+	if _, err := s.c.FS.Move(ctx, mr); err != nil {
 		return wireError(err)
 	}
 	return nil

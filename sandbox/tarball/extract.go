@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -23,23 +22,12 @@ type ExtractOptions struct {
 	// no cap. A member that would pass it is refused, before any of its
 	// bytes are written, with an error wrapping sandbox.ErrLimit.
 	MaxBytes int64
-	// Owner, when set, gives each member (not the root "./", which
-	// Extract leaves alone) the owner it returns for the member's header.
-	// Extract sets it through an os.Root on dir, without following the
-	// member itself if it is a symlink: a tree that something else
-	// changes meanwhile cannot lead the change out of dir. An error
-	// stops the extraction.
-	Owner func(hdr *tar.Header) (uid, gid int)
-	// Chown, when set, is called after each member is created with its
-	// host path (dir joined with the member's clean name) and header, to
-	// set ownership; not for the root "./", which Extract leaves alone.
-	// The path may be a symlink: use os.Lchown.
-	//
-	// Deprecated: a path is resolved again by the callee, so a tree that
-	// something else writes meanwhile (a running sandbox swapping one of
-	// the member's parent directories for a symlink) can redirect it
-	// anywhere; use Owner. An error stops the extraction.
-	Chown func(path string, hdr *tar.Header) error
+	// Chown, when set, is called after each member is created with the
+	// root the extraction works in, the member's clean name relative to
+	// it and its header, to set ownership; not for the root "./", which
+	// Extract leaves alone. The member may be a symlink: use root.Lchown.
+	// An error stops the extraction.
+	Chown func(root *os.Root, name string, hdr *tar.Header) error
 }
 
 // Extract unpacks the tar stream r into the existing host directory dir.
@@ -70,10 +58,16 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) 
 		return fmt.Errorf("extracting into %s: %w", dir, err)
 	}
 	defer root.Close()
+	return ExtractRoot(ctx, r, root, opts)
+}
+
+// ExtractRoot is Extract into a directory the caller has opened as root
+// (say, by a descriptor it resolved itself).
+func ExtractRoot(ctx context.Context, r io.Reader, root *os.Root, opts ExtractOptions) error {
+	var err error
 	x := &extractor{
 		ctx:   ctx,
 		root:  root,
-		dir:   dir,
 		opts:  opts,
 		files: make(map[string]bool),
 		dirs:  make(map[string]dirFixup),
@@ -121,7 +115,6 @@ type dirFixup struct {
 type extractor struct {
 	ctx  context.Context
 	root *os.Root
-	dir  string
 	opts ExtractOptions
 
 	total int64               // regular file bytes written so far
@@ -165,14 +158,8 @@ func (x *extractor) member(hdr *tar.Header, tr io.Reader) error {
 	if err != nil {
 		return x.memberError(hdr, err)
 	}
-	if x.opts.Owner != nil {
-		uid, gid := x.opts.Owner(hdr)
-		if err := x.root.Lchown(name, uid, gid); err != nil {
-			return fmt.Errorf("tar member %q: setting owner: %w", hdr.Name, err)
-		}
-	}
 	if x.opts.Chown != nil {
-		if err := x.opts.Chown(filepath.Join(x.dir, filepath.FromSlash(name)), hdr); err != nil {
+		if err := x.opts.Chown(x.root, name, hdr); err != nil {
 			return fmt.Errorf("tar member %q: setting owner: %w", hdr.Name, err)
 		}
 	}

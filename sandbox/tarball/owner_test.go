@@ -27,12 +27,12 @@ func ownerOf(t *testing.T, p string) (int, int) {
 	return int(st.Uid), int(st.Gid)
 }
 
-// TestExtractOwner: Owner gives every member but the root its ids, a
+// TestExtractOwner: Chown through the root gives every member but the root its ids, a
 // symlink itself rather than its target.
 func TestExtractOwner(t *testing.T) {
 	needRoot(t)
 	tmp, root := sandboxDirs(t)
-	opts := ExtractOptions{Owner: func(hdr *tar.Header) (int, int) { return 1234, 5678 }}
+	opts := ExtractOptions{Chown: func(r *os.Root, name string, _ *tar.Header) error { return r.Lchown(name, 1234, 5678) }}
 	b := buildTar(t, dir("./"), dir("a/"), file("a/b", "x"), symlink("l", "a"), symlink("up", "a/b"))
 	if err := Extract(context.Background(), bytes.NewReader(b), root, opts); err != nil {
 		t.Fatal(err)

@@ -42,14 +42,20 @@ func Write(ctx context.Context, w io.Writer, dir string) error {
 		return fmt.Errorf("archiving %s: %w", dir, err)
 	}
 	defer root.Close()
-	tw := tar.NewWriter(w)
-	if err := writeDir(ctx, tw, root, "."); err != nil {
-		return fmt.Errorf("archiving %s: %w", dir, err)
-	}
-	if err := tw.Close(); err != nil {
+	if err := WriteRoot(ctx, w, root); err != nil {
 		return fmt.Errorf("archiving %s: %w", dir, err)
 	}
 	return nil
+}
+
+// WriteRoot is Write for a directory the caller has opened as root (say,
+// by a descriptor it resolved itself): members are named relative to it.
+func WriteRoot(ctx context.Context, w io.Writer, root *os.Root) error {
+	tw := tar.NewWriter(w)
+	if err := writeDir(ctx, tw, root, "."); err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 // writeDir archives the children of the directory rel (root-relative,

@@ -63,6 +63,10 @@
 //     (executable heaps, a mapped page zero: old exploit helpers), unless
 //     it is the 0xffffffff query. ADDR_NO_RANDOMIZE stays allowed, for
 //     gdb and setarch -R.
+//   - EPERM for socket(AF_VSOCK, ...), as in Docker's default profile:
+//     vsock reaches the hypervisor and the host's other guests, whatever
+//     the sandbox's network policy says. (socketpair needs no rule: vsock
+//     has none.)
 //   - ENOSYS, where programs fall back to an older call: clone3 (its flags
 //     sit in a struct that seccomp cannot read; glibc then uses clone,
 //     whose flags the filter checks, and Go's os/exec uses clone unless

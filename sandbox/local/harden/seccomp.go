@@ -14,7 +14,8 @@ import (
 
 // A rule denies one native syscall with errno. With mask set, it denies
 // only calls whose first argument has one of mask's bits set (and is not
-// except, when hasExcept).
+// except, when hasExcept). With hasEqual, it denies only calls whose
+// first argument is equal.
 type rule struct {
 	name  string
 	nr    uint32
@@ -23,6 +24,9 @@ type rule struct {
 	mask      uint32
 	except    uint32
 	hasExcept bool
+
+	equal    uint32
+	hasEqual bool
 }
 
 // Namespace flags. CLONE_NEWTIME (0x80) is in unshare's mask only: in
@@ -98,6 +102,11 @@ func rules() []rule {
 		eperm(unix.SYS_OPEN_BY_HANDLE_AT, "open_by_handle_at"),
 		enosys(unix.SYS_NAME_TO_HANDLE_AT, "name_to_handle_at"),
 		{name: "personality", nr: unix.SYS_PERSONALITY, errno: unix.EPERM, mask: unsafePersonality, except: personalityQuery, hasExcept: true},
+		// vsock talks to the hypervisor and the host's other guests, past
+		// the sandbox's network policy. EPERM, as Docker's default
+		// profile: a kernel without vsock would say EAFNOSUPPORT, but an
+		// errno of its own shows the filter at work.
+		{name: "socket", nr: unix.SYS_SOCKET, errno: unix.EPERM, equal: unix.AF_VSOCK, hasEqual: true},
 	}
 	return append(rs, archRules()...)
 }
@@ -145,7 +154,7 @@ func buildFilter(rs []rule) []unix.SockFilter {
 	}
 	f = append(f, archPrologue(ret(unix.ENOSYS))...)
 	for _, r := range rs {
-		if r.mask == 0 {
+		if r.mask == 0 && !r.hasEqual {
 			f = append(f,
 				jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, r.nr, 0, 1),
 				ret(r.errno))
@@ -157,8 +166,12 @@ func buildFilter(rs []rule) []unix.SockFilter {
 			// Equal to except: skip the test and the ret, to "ld nr".
 			body = append(body, jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, r.except, 2, 0))
 		}
+		if r.hasEqual {
+			body = append(body, jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, r.equal, 0, 1))
+		} else {
+			body = append(body, jump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, r.mask, 0, 1))
+		}
 		body = append(body,
-			jump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, r.mask, 0, 1),
 			ret(r.errno),
 			// Not denied: the next rules compare the syscall number again.
 			stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNr))
