@@ -573,28 +573,39 @@ func workspaceDiff(orig, final string) (string, error) {
 	return string(out), nil
 }
 
-// syncDir makes out hold the final workspace: files are copied over, and
-// files of the original workspace that the agent deleted are removed.
-// out itself keeps its mode and owner (often it is the workspace).
+// syncDir makes out hold the final workspace: final's files, folders and
+// links are copied over (modes and times kept), and what the agent deleted
+// from the original workspace orig (if any) is removed. Everything is done
+// through an os.Root on out, so nothing the sandbox chose (a name in its
+// workspace) is written, made or removed through a link that leads out of
+// out, whoever made the link: an entry of out that is in the way (a link
+// where the agent left a folder, a folder where it left a file) is
+// replaced, not written through.
 func syncDir(final, out, orig string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(final)
+	root, err := os.OpenRoot(out)
 	if err != nil {
 		return err
 	}
-	if len(entries) > 0 {
-		args := []string{"-a"}
-		for _, e := range entries {
-			args = append(args, filepath.Join(final, e.Name()))
+	defer root.Close()
+	err = filepath.WalkDir(final, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == final {
+			return err
 		}
-		if b, err := exec.Command("cp", append(args, out+"/")...).CombinedOutput(); err != nil {
-			return fmt.Errorf("cp: %v: %s", err, bytes.TrimSpace(b))
+		rel, err := filepath.Rel(final, p)
+		if err != nil {
+			return err
 		}
-	}
-	if orig == "" {
-		return nil
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return syncEntry(root, p, rel, fi)
+	})
+	if err != nil || orig == "" {
+		return err
 	}
 	return filepath.WalkDir(orig, func(p string, d os.DirEntry, err error) error {
 		if err != nil || p == orig {
@@ -605,13 +616,70 @@ func syncDir(final, out, orig string) error {
 			return filepath.SkipDir
 		}
 		if _, err := os.Lstat(filepath.Join(final, rel)); errors.Is(err, os.ErrNotExist) {
-			os.RemoveAll(filepath.Join(out, rel))
+			if err := root.RemoveAll(rel); err != nil {
+				return err
+			}
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
 		}
 		return nil
 	})
+}
+
+// syncEntry puts final's entry src (rel in the workspace, described by
+// fi) at rel in root.
+func syncEntry(root *os.Root, src, rel string, fi os.FileInfo) error {
+	old, err := root.Lstat(rel)
+	exists := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	// Whatever is there of another kind goes, a link always: the new
+	// entry is made in its place, never through it.
+	if exists && (old.Mode().Type() != fi.Mode().Type() || old.Mode()&os.ModeSymlink != 0) {
+		if err := root.RemoveAll(rel); err != nil {
+			return err
+		}
+		exists = false
+	}
+	switch {
+	case fi.IsDir():
+		if !exists {
+			if err := root.Mkdir(rel, 0o700); err != nil {
+				return err
+			}
+		}
+		return root.Chmod(rel, fi.Mode().Perm())
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return root.Symlink(target, rel)
+	case fi.Mode().IsRegular():
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, in)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = root.Chmod(rel, fi.Mode().Perm())
+		}
+		if err == nil {
+			err = root.Chtimes(rel, fi.ModTime(), fi.ModTime())
+		}
+		return err
+	}
+	return nil // the extraction made nothing else
 }
 
 // newModel is the model of cove run: OpenAI's Responses API, or Chat
