@@ -105,12 +105,12 @@ func createRequest(spec sandbox.Spec) (api.CreateSandbox, error) {
 	if m := spec.Network.Mode; (m != "" && m != "none") || len(spec.Network.Allow) > 0 {
 		return api.CreateSandbox{}, fmt.Errorf("network mode %q: a Cove server's sandboxes have no network (mode none); leave Spec.Network empty: %w", spec.Network.Mode, sandbox.ErrInvalid)
 	}
-	if spec.Limits.Pids > 0 {
-		return api.CreateSandbox{}, fmt.Errorf("pids limit %d: a Cove server sets the process limit itself; leave Limits.Pids 0: %w", spec.Limits.Pids, sandbox.ErrInvalid)
-	}
 	req := api.CreateSandbox{
 		Template: spec.Template, Env: spec.Env, Labels: spec.Labels, User: spec.User, Root: spec.Root,
 		CPUs: spec.Limits.CPUs, MemoryBytes: spec.Limits.MemoryBytes, DiskBytes: spec.Limits.DiskBytes,
+		// 0 takes the size's limit; the server refuses what is out of
+		// its range.
+		Pids: spec.Limits.Pids,
 	}
 	if spec.TTL > 0 {
 		// Whole seconds, rounded up: never shorter than asked.
@@ -273,7 +273,7 @@ func (r *Runtime) session(sb api.Sandbox) *guest.Session {
 func info(sb api.Sandbox) sandbox.Info {
 	spec := sandbox.Spec{
 		Template: sb.Template, Root: sb.Root, User: sb.User, Labels: sb.Labels, Env: sb.Env,
-		Limits: sandbox.Limits{CPUs: sb.CPUs, MemoryBytes: sb.MemoryBytes, DiskBytes: sb.DiskBytes},
+		Limits: sandbox.Limits{CPUs: sb.CPUs, MemoryBytes: sb.MemoryBytes, DiskBytes: sb.DiskBytes, Pids: max(sb.Pids, 0)},
 	}
 	if sb.Deadline != nil && !sb.StartedAt.IsZero() {
 		// The TTL as it stands: from the start to the deadline.

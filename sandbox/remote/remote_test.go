@@ -427,7 +427,7 @@ func TestSpecAndInfo(t *testing.T) {
 	}{
 		{"network", sandbox.Spec{Network: sandbox.Network{Mode: "host"}}},
 		{"network allow list", sandbox.Spec{Network: sandbox.Network{Allow: []string{"10.0.0.0/8"}}}},
-		{"pids", sandbox.Spec{Limits: sandbox.Limits{Pids: 10}}},
+		{"pids under the minimum", sandbox.Spec{Limits: sandbox.Limits{Pids: 10}}},
 		{"reserved label", sandbox.Spec{Labels: map[string]string{"cove.team": "x"}}},
 		{"negative memory", sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: -1}}},
 	} {
@@ -440,7 +440,7 @@ func TestSpecAndInfo(t *testing.T) {
 	}
 	spec := sandbox.Spec{
 		Root: "/srv/app", TTL: 90*time.Second + time.Millisecond,
-		Limits: sandbox.Limits{CPUs: 0.5, MemoryBytes: 256 << 20, DiskBytes: 1 << 30},
+		Limits: sandbox.Limits{CPUs: 0.5, MemoryBytes: 256 << 20, DiskBytes: 1 << 30, Pids: 256},
 	}
 	s, err := rt.Create(ctx, spec)
 	if err != nil {
