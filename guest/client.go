@@ -133,7 +133,10 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 			}
 			retryable := errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 			if !retryable || time.Now().After(deadline) {
-				return nil, fmt.Errorf("connecting to the sandbox daemon at %s: %w: %w", addr, sandbox.ErrUnavailable, err)
+				// The socket's path is the host's: it stays out of an
+				// error that may reach a tenant (a run's tool result,
+				// an API error); the errno says what happened.
+				return nil, fmt.Errorf("connecting to the sandbox daemon: %w: %w", sandbox.ErrUnavailable, bareErrno(err))
 			}
 			select {
 			case <-ctx.Done():
@@ -379,6 +382,16 @@ func wireError(err error) error {
 	}
 	if isConnErr(err) && !errors.Is(err, sandbox.ErrUnavailable) {
 		return fmt.Errorf("the sandbox daemon is unreachable: %w: %w", sandbox.ErrUnavailable, err)
+	}
+	return err
+}
+
+// bareErrno is err's errno when it has one (a dial's *net.OpError names
+// the address dialled), else err.
+func bareErrno(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
 	}
 	return err
 }
