@@ -33,9 +33,12 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	}
 	defer resume()
 
+	// A sandbox made before the runtime had a pids default gets it now.
+	spec := src.Info.Spec
+	r.defaults(&spec)
 	nid := sbutil.NewID()
 	dir := r.dir(nid)
-	if err := r.newDir(nid, src.Info.Spec, false); err != nil {
+	if err := r.newDir(nid, spec, false); err != nil {
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
@@ -53,7 +56,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, err)
 	}
 	st := &state{
-		Info:     sandbox.Info{ID: nid, State: sandbox.StateStopped, Spec: src.Info.Spec, CreatedAt: time.Now().UTC()},
+		Info:     sandbox.Info{ID: nid, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
 		Token:    sbutil.NewToken(),
 		Template: src.Template,
 		Init:     src.Init,

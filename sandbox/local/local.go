@@ -86,7 +86,20 @@ type Config struct {
 	// NetworkRange is where networked sandboxes get their /30s; the
 	// zero value means DefaultNetworkRange (network.go).
 	NetworkRange netip.Prefix
+	// DefaultPids is the pids limit of a sandbox whose spec sets none: 0
+	// means DefaultPids (the constant), a negative value no limit. The
+	// pids of a host are few (pid_max is 32768 on many machines) and
+	// shared by every sandbox and the host's own services, so a sandbox
+	// without a limit can take the host down with a fork bomb; an
+	// operator who wants that anyway says so with a negative value.
+	DefaultPids int
 }
+
+// DefaultPids is the pids limit of a sandbox whose spec sets none, unless
+// Config.DefaultPids says otherwise: room for a build with parallel
+// compilers, a language server and a test runner's workers, while 30
+// sandboxes together stay below the 32768 pids of a default host.
+const DefaultPids = 1024
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
 // every Runtime over the same Dir (a later CLI call) sees the same
@@ -207,6 +220,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	if err := spec.Normalize(); err != nil {
 		return nil, err
 	}
+	r.defaults(&spec)
 	if r.cfg.Pool > 0 && r.poolable(spec) {
 		s, ok := r.claim(ctx, spec)
 		r.refill()
@@ -220,6 +234,19 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	}
 	r.refill()
 	return s, nil
+}
+
+// defaults fills in the limits a normalized spec leaves to the runtime,
+// so the sandbox's recorded spec says what it got.
+func (r *Runtime) defaults(spec *sandbox.Spec) {
+	if spec.Limits.Pids == 0 {
+		switch {
+		case r.cfg.DefaultPids == 0:
+			spec.Limits.Pids = DefaultPids
+		case r.cfg.DefaultPids > 0:
+			spec.Limits.Pids = r.cfg.DefaultPids
+		}
+	}
 }
 
 // create makes a sandbox's directories and starts its supervisor. spec

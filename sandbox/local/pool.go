@@ -125,6 +125,7 @@ func (r *Runtime) refill() {
 		defer r.poolMu.Unlock()
 		spec := sandbox.Spec{Limits: sandbox.Limits{DiskBytes: r.cfg.PoolDiskBytes}}
 		spec.Normalize() // the defaults; cannot fail
+		r.defaults(&spec)
 		for n := r.pooledCount(); n < r.cfg.Pool; n++ {
 			s, err := r.create(context.Background(), spec, true)
 			if err != nil {
