@@ -211,8 +211,9 @@ func (r *Runtime) reap(id string) (*state, error) {
 	})
 }
 
-// MinPids is the lowest pids limit a sandbox may have: its daemon's own
-// threads count against the limit (with 8 commands fail at once).
+// MinPids is the lowest pids limit a sandbox may have: commands need
+// some room, and on cgroup v2 hosts the daemon's own threads count against
+// the limit (with 8 commands fail at once).
 const MinPids = 16
 
 // Create makes a sandbox, or hands out a pooled one when the spec allows.
@@ -250,10 +251,10 @@ func (r *Runtime) defaults(spec *sandbox.Spec) {
 }
 
 // create makes a sandbox's directories and starts its supervisor. spec
-// is normalized.
+// is normalized, with the runtime's defaults in.
 func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*guest.Session, error) {
 	if n := spec.Limits.Pids; n > 0 && n < MinPids {
-		return nil, fmt.Errorf("pids limit %d is too low: the sandbox's daemon needs about a dozen threads of its own, which count against it; ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
+		return nil, fmt.Errorf("pids limit %d is too low: a shell and its pipelines need a dozen or so (and on cgroup v2 hosts the daemon's own threads count against it); ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
 	}
 	root := spec.Root
 	allow, err := checkNetwork(ctx, spec.Network)

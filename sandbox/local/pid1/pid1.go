@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,12 +53,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	lf.Close()
 	// The cgroup's files are not visible after pivot_root: keep the OOM
-	// counter open.
-	var oomCounter func() int64
-	if cfg.OOMFile != "" {
-		if f, err := os.Open(cfg.OOMFile); err == nil {
-			oomCounter = func() int64 { return readOOMCounter(f) }
-		}
+	// counters open, and start the thread that joins the commands' group.
+	oomCounter := openOOMCounters(cfg.OOMFile, cfg.WorkOOMFile)
+	work, err := startWorkThread(cfg.WorkTasks)
+	if err != nil {
+		return err
+	}
+	var spawn func(*exec.Cmd) error
+	if work != nil {
+		spawn = work.spawn
 	}
 	if err := buildRoot(cfg); err != nil {
 		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
@@ -85,7 +89,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	os.Unsetenv(guest.TokenEnv)
 	srv, err := guest.NewServer(guest.Config{
 		Root: "/", Workdir: cfg.Workspace, AccessToken: token, Env: cfg.Env,
-		User: cfg.User, Reap: true, Logger: log, OOMCounter: oomCounter,
+		User: cfg.User, Reap: true, Logger: log, OOMCounter: oomCounter, Spawn: spawn,
 	})
 	if err != nil {
 		return err

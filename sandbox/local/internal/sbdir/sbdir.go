@@ -68,6 +68,15 @@ type Init struct {
 	// OOMFile is the host path of the sandbox cgroup's OOM counter
 	// (memory.events or memory.oom_control), opened before pivot_root.
 	OOMFile string `json:"oom_file,omitempty"`
+	// WorkTasks are the host paths of the tasks files (one per cgroup v1
+	// hierarchy) of the group the sandbox's commands run in, apart from
+	// the daemon (see package host); pid 1 opens them before pivot_root,
+	// and the thread it starts commands from joins that group through
+	// them. None on cgroup v2 or without cgroups.
+	WorkTasks []string `json:"work_tasks,omitempty"`
+	// WorkOOMFile is the OOM counter of the commands' group; its kills
+	// count there, not in OOMFile (v1 counts each group's own).
+	WorkOOMFile string `json:"work_oom_file,omitempty"`
 	// Net is the sandbox's network beyond loopback (nil: none).
 	Net *Net `json:"net,omitempty"`
 }
