@@ -293,16 +293,16 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
 	// The sandbox's own disk: the overlay's upper dir, on an ext4 image
-	// capped at the disk limit (plain directories without one).
-	// Pristine images are kept per size and copied: mkfs on every create
-	// costs about 5 ms more.
+	// capped at the disk limit, its whole limit reserved on the host
+	// (plain directories without one). It is mounted only by the
+	// sandbox's supervisor, in a mount namespace of its own (see package
+	// shim). Pristine images are kept per size and copied: mkfs on every
+	// create costs about 5 ms more.
 	d, err := disk.Create(ctx, filepath.Join(dir, "disk"), spec.Limits.DiskBytes, disk.WithImageCache(filepath.Join(r.cfg.Dir, ".images")))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, spaceError(err))
 	}
-	// The upper dir's mode becomes the mode of the sandbox's "/".
-	os.Chmod(d.Upper(), 0o755)
 	st := &state{
 		Pooled:   pooled,
 		Info:     sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
@@ -523,7 +523,34 @@ func (r *Runtime) stopLocked(ctx context.Context, id string) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	_, err = r.load(id) // marks it stopped if the supervisor could not
+	if _, err = r.load(id); err != nil { // marks it stopped if the supervisor could not
+		return err
+	}
+	// Stopped means its disk can be mounted again: the loop device is
+	// free once the last mount of its filesystem is gone, in any mount
+	// namespace. A process that holds it (one that entered the
+	// supervisor's namespace, an open file there) makes that a lie.
+	if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
+		if err := d.WaitFree(5 * time.Second); err != nil {
+			return fmt.Errorf("stopping sandbox %q: its processes ended, but %w", id, errDiskHeld{err})
+		}
+	}
+	return nil
+}
+
+// errDiskHeld is a stop's error when the sandbox stopped but its disk is
+// still held on the host: Delete goes on regardless.
+type errDiskHeld struct{ error }
+
+func (e errDiskHeld) Unwrap() error { return e.error }
+
+// spaceError is err, unless it says the host cannot back a disk: then the
+// disk package's own message, which names no host path.
+func spaceError(err error) error {
+	var se *disk.SpaceError
+	if errors.As(err, &se) {
+		return se
+	}
 	return err
 }
 
@@ -539,6 +566,17 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 			// A TTL measures the sandbox's life, not one run of it.
 			return nil, fmt.Errorf("sandbox %q reached its TTL at %s; create a new one or fork it: %w", id, st.Deadline.Format(time.RFC3339), sandbox.ErrState)
 		}
+		// The disk's last mount (in the namespace of the supervisor that
+		// stopped) may take a moment to go; and a disk made sparse by an
+		// older Cove gets its space reserved, or the resume is refused.
+		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
+			if err := d.WaitFree(10 * time.Second); err != nil {
+				return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
+			}
+			if err := d.Reserve(); err != nil {
+				return nil, fmt.Errorf("resuming sandbox %q: %w", id, spaceError(err))
+			}
+		}
 		c, st, err := r.startLocked(ctx, id, st)
 		if err != nil {
 			return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
@@ -551,7 +589,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.stopLocked(ctx, id); err != nil {
+	if err := r.stopLocked(ctx, id); err != nil && !errors.As(err, new(errDiskHeld)) {
 		return err
 	}
 	return r.destroy(ctx, id)

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
@@ -176,6 +178,31 @@ func OOMFile(g *cgroup.Group) string {
 	}
 	if p := g.Path(cgroup.Memory); p != "" {
 		return filepath.Join(p, "memory.oom_control")
+	}
+	return ""
+}
+
+// DiskView is where another process reaches a running sandbox's disk:
+// the root of the mount namespace its supervisor (pid shimPID) mounted it
+// in, as /proc/PID/task/TID/root of the supervisor's thread that holds
+// that namespace. "" when no thread of the supervisor is in another mount
+// namespace than the caller's (a supervisor that mounted in the host's,
+// or none).
+func DiskView(shimPID int) string {
+	own, err := os.Readlink("/proc/thread-self/ns/mnt")
+	if err != nil {
+		return ""
+	}
+	base := filepath.Join("/proc", strconv.Itoa(shimPID), "task")
+	tasks, err := os.ReadDir(base)
+	if err != nil {
+		return ""
+	}
+	for _, t := range tasks {
+		ns, err := os.Readlink(filepath.Join(base, t.Name(), "ns", "mnt"))
+		if err == nil && ns != own {
+			return filepath.Join(base, t.Name(), "root")
+		}
 	}
 	return ""
 }

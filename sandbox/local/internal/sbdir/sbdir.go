@@ -156,7 +156,44 @@ func result(dir string, st State, err error) (*State, error) {
 }
 
 // Write replaces a sandbox's state.
-func Write(dir string, st *State) error { return sbutil.WriteJSON(statePath(dir), st) }
+func Write(dir string, st *State) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return replaceFile(statePath(dir), data)
+}
+
+// replaceFile replaces the file at path with data: through a new file
+// renamed over it, so no reader sees half of it; but on a full host
+// filesystem, where the new file gets no block, by overwriting the file
+// in place, in the blocks it already has (a stop must be recorded, and a
+// stopped sandbox resumed, on a full host; a few KiB of JSON fit in the
+// file's block, and one block is written whole).
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, data, 0o600)
+	if err == nil {
+		return os.Rename(tmp, path)
+	}
+	os.Remove(tmp)
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return err
+	}
+	// No O_TRUNC: truncating would give back the blocks the write needs.
+	f, ferr := os.OpenFile(path, os.O_WRONLY, 0)
+	if ferr != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(data)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // Lock takes the sandbox's lock (flock on DIR/lock) for a
 // read-modify-write of its state; the returned func releases it.
@@ -202,7 +239,7 @@ func WriteInit(dir string, cfg *Init) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(initPath(dir), data, 0o600)
+	return replaceFile(initPath(dir), data)
 }
 
 // ReadInit reads what WriteInit saved.
