@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
@@ -163,13 +166,15 @@ func TestDaemonOutlivesMemoryExhaustion(t *testing.T) {
 }
 
 // TestDaemonOutlivesForkBomb: a fork bomb fills the sandbox's pids
-// limit; the daemon keeps serving (it needs threads for that) while it
-// rages, and once it ends a command answers, with no resume.
+// limit; the daemon keeps serving while it rages, even requests that need
+// new threads (writes that wait on a slow disk, here a frozen one: each
+// holds a thread while it waits), and once the bomb ends a command
+// answers, with no resume.
 func TestDaemonOutlivesForkBomb(t *testing.T) {
 	rt := newRuntime(t)
 	ctx := context.Background()
 	const limit = 64
-	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{Pids: limit}})
+	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{Pids: limit, DiskBytes: 64 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,17 +194,12 @@ func TestDaemonOutlivesForkBomb(t *testing.T) {
 		return 0
 	}
 
-	if err := s.WriteFile(ctx, "note", strings.NewReader("kept"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	// It stops once a file appears, which the file API can write without
 	// a fork: a kill through the API reaches only its first shell, gone
 	// by then.
 	if _, err := s.Start(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "b() { [ -e stop ] && exit; b | b & }; b"}}); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until it fills the limit, then ask the daemon for work that
-	// takes threads (file reads in parallel), for a while.
 	deadline := time.Now().Add(time.Minute)
 	for n := tasks(); n < limit-2; n = tasks() {
 		if time.Now().After(deadline) {
@@ -207,25 +207,28 @@ func TestDaemonOutlivesForkBomb(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for range 20 {
-		errs := make(chan error, 16)
-		for range cap(errs) {
-			go func() {
-				rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				defer cancel()
-				_, err := s.ReadFile(rctx, "note")
-				errs <- err
-			}()
+
+	// Writes through the API while the disk is frozen: each waits in the
+	// kernel on a thread of its own, so the daemon must make threads.
+	thaw := freezeDisk(t, rt, s.ID())
+	const writers = 24
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			errs <- s.WriteFile(wctx, fmt.Sprintf("w%d", i), strings.NewReader("x"), 0o644)
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	thaw()
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Errorf("a write during the bomb: %v", err)
 		}
-		for range cap(errs) {
-			if err := <-errs; err != nil {
-				t.Fatalf("reading a file during the bomb: %v", err)
-			}
-		}
-		if n := tasks(); n > limit {
-			t.Errorf("the sandbox's commands hold %d tasks; their limit is %d", n, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	if n := tasks(); n > limit {
+		t.Errorf("the sandbox's commands hold %d tasks; their limit is %d", n, limit)
 	}
 	stillRunning(t, rt, s.ID(), daemon)
 
@@ -234,6 +237,46 @@ func TestDaemonOutlivesForkBomb(t *testing.T) {
 	}
 	answers(t, s, time.Minute)
 	stillRunning(t, rt, s.ID(), daemon)
+}
+
+// freezeDisk freezes a running sandbox's disk (as a very slow host disk
+// would: every write waits) and returns what thaws it.
+func freezeDisk(t *testing.T, rt *Runtime, id string) (thaw func()) {
+	t.Helper()
+	mnt := filepath.Join(rt.dir(id), "disk", "mnt")
+	// The supervisor mounts it in a mount namespace of its own; older
+	// ones, in the host's.
+	pids, err := rt.Processes(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := os.Readlink("/proc/thread-self/ns/mnt")
+	base := filepath.Join("/proc", strconv.Itoa(pids[0]), "task")
+	tasks, _ := os.ReadDir(base)
+	for _, task := range tasks {
+		if ns, err := os.Readlink(filepath.Join(base, task.Name(), "ns", "mnt")); err == nil && ns != own {
+			mnt = filepath.Join(base, task.Name(), "root", mnt)
+			break
+		}
+	}
+	f, err := os.Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fiFreeze, fiThaw = 0xC0045877, 0xC0045878
+	if err := unix.IoctlSetInt(int(f.Fd()), fiFreeze, 0); err != nil {
+		f.Close()
+		t.Fatalf("freezing the sandbox's disk: %v", err)
+	}
+	var once sync.Once
+	thaw = func() {
+		once.Do(func() {
+			unix.IoctlSetInt(int(f.Fd()), fiThaw, 0)
+			f.Close()
+		})
+	}
+	t.Cleanup(thaw)
+	return thaw
 }
 
 // TestDefaultPids: a sandbox whose spec sets no pids limit gets the
