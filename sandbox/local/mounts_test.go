@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,13 +70,8 @@ func holdMounts(t *testing.T, enter string) func() {
 	if err := <-ready; err != nil {
 		t.Fatalf("copying a mount namespace: %v", err)
 	}
-	var once bool
-	release := func() {
-		if !once {
-			once = true
-			close(done)
-		}
-	}
+	var once sync.Once
+	release := func() { once.Do(func() { close(done) }) }
 	t.Cleanup(release)
 	return release
 }
