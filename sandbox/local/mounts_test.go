@@ -175,3 +175,30 @@ func TestStopFreesDisk(t *testing.T) {
 		resumeKeeps(t, rt, a.ID())
 	})
 }
+
+// TestForkRunningDisk: a fork of a running sandbox copies its disk, whose
+// mount is in the supervisor's namespace only, frozen: data written just
+// before (still in the page cache) is in the copy, and the copy is a disk
+// of its own.
+func TestForkRunningDisk(t *testing.T) {
+	rt := newRuntime(t)
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{DiskBytes: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	sum := sh(t, s, "head -c 20000000 /dev/urandom > data && sha256sum data")
+	f, err := rt.Fork(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), f.ID()) })
+	if got := sh(t, f, "sha256sum data"); got != sum {
+		t.Errorf("the fork's copy of a file written just before: %q, want %q", got, sum)
+	}
+	sh(t, f, "echo fork > only-in-fork")
+	if out := sh(t, s, "ls"); strings.Contains(out, "only-in-fork") {
+		t.Errorf("a file written in the fork appeared in the original: %q", out)
+	}
+}
