@@ -53,15 +53,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	lf.Close()
 	// The cgroup's files are not visible after pivot_root: keep the OOM
-	// counters open, and start the thread that joins the commands' group.
+	// counters open, and start the thread that joins the commands' group
+	// (while the root is built).
 	oomCounter := openOOMCounters(cfg.OOMFile, cfg.WorkOOMFile)
 	work, err := startWorkThread(cfg.WorkTasks)
 	if err != nil {
 		return err
-	}
-	var spawn func(*exec.Cmd) error
-	if work != nil {
-		spawn = work.spawn
 	}
 	if err := buildRoot(cfg); err != nil {
 		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
@@ -76,6 +73,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
+	}
+	var spawn func(*exec.Cmd) error
+	if work != nil {
+		// Joined before hardening, so the thread is hardened as it is.
+		if err := work.wait(); err != nil {
+			return err
+		}
+		spawn = work.spawn
 	}
 	if cfg.Harden {
 		if err := hardenSelf(cfg, log); err != nil {

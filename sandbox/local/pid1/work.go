@@ -27,7 +27,8 @@ import (
 // the group after its fork would wait out an RCU grace period (5–12 ms)
 // per command, and the command could fork before it was moved.
 type workThread struct {
-	jobs chan workJob
+	jobs  chan workJob
+	ready chan error // the join's outcome, once
 }
 
 type workJob struct {
@@ -37,9 +38,9 @@ type workJob struct {
 
 // startWorkThread opens the tasks files of the commands' group (host
 // paths, so before pivot_root hides the cgroup filesystem) and starts the
-// thread, which joins the group through them. It returns nil when there
-// are no files (cgroup v2, no cgroups): commands then start from any
-// thread.
+// thread, which joins the group through them meanwhile (wait says how
+// that went). It returns nil when there are no files (cgroup v2, no
+// cgroups): commands then start from any thread.
 func startWorkThread(tasks []string) (*workThread, error) {
 	if len(tasks) == 0 {
 		return nil, nil
@@ -55,14 +56,13 @@ func startWorkThread(tasks []string) (*workThread, error) {
 		}
 		files = append(files, f)
 	}
-	w := &workThread{jobs: make(chan workJob)}
-	ready := make(chan error, 1)
-	go w.run(files, ready, make(chan struct{}))
-	if err := <-ready; err != nil {
-		return nil, err
-	}
+	w := &workThread{jobs: make(chan workJob), ready: make(chan error, 1)}
+	go w.run(files, w.ready, make(chan struct{}))
 	return w, nil
 }
+
+// wait waits until the thread has joined the group; call it once.
+func (w *workThread) wait() error { return <-w.ready }
 
 // run locks its goroutine to a thread other than the main one, moves the
 // thread into the group, reports on ready and then starts commands for
