@@ -45,9 +45,21 @@ func smallHostRuntime(t *testing.T, size int64) (*Runtime, string) {
 		t.Skipf("mounting a loop filesystem: %v %s", err, out)
 	}
 	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmounting the test's host filesystem: %v", err)
-			unix.Unmount(mnt, unix.MNT_DETACH)
+		// A connection the runtime's client still has open to a deleted
+		// sandbox's daemon keeps the socket's path, and so this
+		// filesystem, busy until the client sees the daemon gone.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := unix.Unmount(mnt, 0)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				t.Errorf("unmounting the test's host filesystem: %v", err)
+				unix.Unmount(mnt, unix.MNT_DETACH)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 	exe, err := os.Executable()
