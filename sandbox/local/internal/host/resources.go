@@ -21,10 +21,12 @@ import (
 )
 
 // Acquire prepares what a sandbox holds on the host while it runs: its
-// disk mounted, and a cgroup with its limits (nil when the host has no
-// cgroups and the sandbox asks for no limits). It records the cgroup's
-// root in st. The supervisor calls it before starting pid 1 and the
-// returned release when pid 1 has ended.
+// disk mounted (in the calling thread's mount namespace: the supervisor's
+// own, never the host's), and a cgroup with its limits (nil when the host
+// has no cgroups and the sandbox asks for no limits), with the child
+// group for its commands on cgroup v1. It records the cgroup's root in st
+// and what pid 1 needs of the cgroups in st.Init. The supervisor calls it
+// before starting pid 1 and the returned release when pid 1 has ended.
 func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger) (grp *cgroup.Group, release func(), err error) {
 	d, err := disk.Open(filepath.Join(dir, "disk"))
 	if err != nil {
