@@ -441,7 +441,7 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 	}
 
 	startFn := func() (int, error) {
-		if err := cmd.Start(); err != nil {
+		if err := m.srv.cfg.Spawn(cmd); err != nil {
 			return 0, err
 		}
 		return cmd.Process.Pid, nil

@@ -19,6 +19,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -67,6 +68,12 @@ type Config struct {
 	// runtime may have opened its cgroup file before hiding /sys);
 	// otherwise the daemon finds its memory cgroup through /proc.
 	OOMCounter func() int64
+	// Spawn, when set, starts every process the daemon runs, in place of
+	// cmd.Start: the runtime may want them born somewhere the daemon is
+	// not (the local runtime starts them in a cgroup of their own, from a
+	// thread that joined it, so they cannot take the daemon down with
+	// them). It must start cmd as cmd.Start would, and return its error.
+	Spawn func(cmd *exec.Cmd) error
 	// Logger receives the daemon's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -107,6 +114,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Spawn == nil {
+		cfg.Spawn = (*exec.Cmd).Start
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, env: map[string]string{}}
 	for k, v := range cfg.Env {

@@ -254,7 +254,9 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	cpus := fs.Float64("cpus", 0, "CPU quota in cores")
 	mem := fs.String("memory", "", "memory limit (e.g. 512M, 2G)")
 	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
-	pids := fs.Int("pids", 0, "maximum processes and threads, the daemon's own included (0: no limit; at least 16)")
+	// A finite default: one sandbox must not be able to take every pid of
+	// the host (or of the server's host) with a fork bomb.
+	pids := fs.Int("pids", 1024, "maximum processes and threads of the sandbox's commands (at least 16; 0: the runtime's default)")
 	man := fs.String("manifest", "", "workspace manifest (JSON, OpenAI Agents SDK format) to apply")
 	var envs, allow multiFlag
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
@@ -328,7 +329,8 @@ func TestResourceLimits(t *testing.T) {
 	})
 }
 
-// sandboxTasks counts the tasks in a sandbox's cgroup.
+// sandboxTasks counts the tasks of a sandbox's commands: those in its
+// cgroup, but for the daemon's where the commands have their own group.
 func sandboxTasks(t *testing.T, rt *Runtime, id string) int {
 	t.Helper()
 	st, err := sbdir.Read(rt.dir(id))
@@ -347,6 +349,9 @@ func sandboxTasks(t *testing.T, rt *Runtime, id string) int {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	if w, err := g.LoadChild(host.WorkGroup, cgroup.Memory, cgroup.Pids); err == nil {
+		g = w
+	}
 	stats, err := g.Stats()
 	if err != nil {
 		t.Fatal(err)

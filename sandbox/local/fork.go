@@ -33,9 +33,12 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	}
 	defer resume()
 
+	// A sandbox made before the runtime had a pids default gets it now.
+	spec := src.Info.Spec
+	r.defaults(&spec)
 	nid := sbutil.NewID()
 	dir := r.dir(nid)
-	if err := r.newDir(nid, src.Info.Spec, false); err != nil {
+	if err := r.newDir(nid, spec, false); err != nil {
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
@@ -46,14 +49,21 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
 	}
-	// A mounted disk is frozen for the copy, so the copy is consistent.
+	// A running sandbox's disk is mounted only in its supervisor's mount
+	// namespace: reach it there, so it is frozen for the copy and the copy
+	// is consistent.
+	if src.Info.State == sandbox.StateRunning {
+		if view := host.DiskView(src.ShimPID); view != "" {
+			srcDisk = srcDisk.Via(view)
+		}
+	}
 	d, err := srcDisk.Copy(ctx, filepath.Join(dir, "disk"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, err)
+		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, spaceError(err))
 	}
 	st := &state{
-		Info:     sandbox.Info{ID: nid, State: sandbox.StateStopped, Spec: src.Info.Spec, CreatedAt: time.Now().UTC()},
+		Info:     sandbox.Info{ID: nid, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
 		Token:    sbutil.NewToken(),
 		Template: src.Template,
 		Init:     src.Init,

@@ -96,7 +96,20 @@ type Config struct {
 	// addresses stay unreachable whatever it says; New refuses a list
 	// reaching into metadata. nil: none.
 	NetworkAllowPrivate []netip.Prefix
+	// DefaultPids is the pids limit of a sandbox whose spec sets none: 0
+	// means DefaultPids (the constant), a negative value no limit. The
+	// pids of a host are few (pid_max is 32768 on many machines) and
+	// shared by every sandbox and the host's own services, so a sandbox
+	// without a limit can take the host down with a fork bomb; an
+	// operator who wants that anyway says so with a negative value.
+	DefaultPids int
 }
+
+// DefaultPids is the pids limit of a sandbox whose spec sets none, unless
+// Config.DefaultPids says otherwise: room for a build with parallel
+// compilers, a language server and a test runner's workers, while 30
+// sandboxes together stay below the 32768 pids of a default host.
+const DefaultPids = 1024
 
 // Runtime is the local sandbox runtime. State lives in Config.Dir, so
 // every Runtime over the same Dir (a later CLI call) sees the same
@@ -211,8 +224,9 @@ func (r *Runtime) reap(id string) (*state, error) {
 	})
 }
 
-// MinPids is the lowest pids limit a sandbox may have: its daemon's own
-// threads count against the limit (with 8 commands fail at once).
+// MinPids is the lowest pids limit a sandbox may have: commands need
+// some room, and on cgroup v2 hosts the daemon's own threads count against
+// the limit (with 8 commands fail at once).
 const MinPids = 16
 
 // Create makes a sandbox, or hands out a pooled one when the spec allows.
@@ -220,6 +234,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	if err := spec.Normalize(); err != nil {
 		return nil, err
 	}
+	r.defaults(&spec)
 	if r.cfg.Pool > 0 && r.poolable(spec) {
 		s, ok := r.claim(ctx, spec)
 		r.refill()
@@ -235,11 +250,24 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	return s, nil
 }
 
+// defaults fills in the limits a normalized spec leaves to the runtime,
+// so the sandbox's recorded spec says what it got.
+func (r *Runtime) defaults(spec *sandbox.Spec) {
+	if spec.Limits.Pids == 0 {
+		switch {
+		case r.cfg.DefaultPids == 0:
+			spec.Limits.Pids = DefaultPids
+		case r.cfg.DefaultPids > 0:
+			spec.Limits.Pids = r.cfg.DefaultPids
+		}
+	}
+}
+
 // create makes a sandbox's directories and starts its supervisor. spec
-// is normalized.
+// is normalized, with the runtime's defaults in.
 func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*guest.Session, error) {
 	if n := spec.Limits.Pids; n > 0 && n < MinPids {
-		return nil, fmt.Errorf("pids limit %d is too low: the sandbox's daemon needs about a dozen threads of its own, which count against it; ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
+		return nil, fmt.Errorf("pids limit %d is too low: a shell and its pipelines need a dozen or so (and on cgroup v2 hosts the daemon's own threads count against it); ask for at least %d: %w", n, MinPids, sandbox.ErrInvalid)
 	}
 	root := spec.Root
 	allow, err := r.checkNetwork(ctx, spec.Network)
@@ -284,16 +312,16 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
 	}
 	// The sandbox's own disk: the overlay's upper dir, on an ext4 image
-	// capped at the disk limit (plain directories without one).
-	// Pristine images are kept per size and copied: mkfs on every create
-	// costs about 5 ms more.
+	// capped at the disk limit, its whole limit reserved on the host
+	// (plain directories without one). It is mounted only by the
+	// sandbox's supervisor, in a mount namespace of its own (see package
+	// shim). Pristine images are kept per size and copied: mkfs on every
+	// create costs about 5 ms more.
 	d, err := disk.Create(ctx, filepath.Join(dir, "disk"), spec.Limits.DiskBytes, disk.WithImageCache(filepath.Join(r.cfg.Dir, ".images")))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("creating sandbox %q: %w", id, err)
+		return nil, fmt.Errorf("creating sandbox %q: %w", id, spaceError(err))
 	}
-	// The upper dir's mode becomes the mode of the sandbox's "/".
-	os.Chmod(d.Upper(), 0o755)
 	st := &state{
 		Pooled:   pooled,
 		Info:     sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
@@ -514,7 +542,34 @@ func (r *Runtime) stopLocked(ctx context.Context, id string) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	_, err = r.load(id) // marks it stopped if the supervisor could not
+	if _, err = r.load(id); err != nil { // marks it stopped if the supervisor could not
+		return err
+	}
+	// Stopped means its disk can be mounted again: the loop device is
+	// free once the last mount of its filesystem is gone, in any mount
+	// namespace. A process that holds it (one that entered the
+	// supervisor's namespace, an open file there) makes that a lie.
+	if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
+		if err := d.WaitFree(5 * time.Second); err != nil {
+			return fmt.Errorf("stopping sandbox %q: its processes ended, but %w", id, errDiskHeld{err})
+		}
+	}
+	return nil
+}
+
+// errDiskHeld is a stop's error when the sandbox stopped but its disk is
+// still held on the host: Delete goes on regardless.
+type errDiskHeld struct{ error }
+
+func (e errDiskHeld) Unwrap() error { return e.error }
+
+// spaceError is err, unless it says the host cannot back a disk: then the
+// disk package's own message, which names no host path.
+func spaceError(err error) error {
+	var se *disk.SpaceError
+	if errors.As(err, &se) {
+		return se
+	}
 	return err
 }
 
@@ -530,6 +585,17 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 			// A TTL measures the sandbox's life, not one run of it.
 			return nil, fmt.Errorf("sandbox %q reached its TTL at %s; create a new one or fork it: %w", id, st.Deadline.Format(time.RFC3339), sandbox.ErrState)
 		}
+		// The disk's last mount (in the namespace of the supervisor that
+		// stopped) may take a moment to go; and a disk made sparse by an
+		// older Cove gets its space reserved, or the resume is refused.
+		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
+			if err := d.WaitFree(10 * time.Second); err != nil {
+				return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
+			}
+			if err := d.Reserve(); err != nil {
+				return nil, fmt.Errorf("resuming sandbox %q: %w", id, spaceError(err))
+			}
+		}
 		c, st, err := r.startLocked(ctx, id, st)
 		if err != nil {
 			return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
@@ -542,7 +608,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.stopLocked(ctx, id); err != nil {
+	if err := r.stopLocked(ctx, id); err != nil && !errors.As(err, new(errDiskHeld)) {
 		return err
 	}
 	return r.destroy(ctx, id)

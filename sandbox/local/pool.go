@@ -80,17 +80,7 @@ func (r *Runtime) claim(ctx context.Context, spec sandbox.Spec) (sandbox.Session
 // adopt applies a claimed sandbox's spec to what is already running.
 func (r *Runtime) adopt(ctx context.Context, id string, st *state) error {
 	if host.Limited(st.Info.Spec.Limits) {
-		root, err := host.CgroupRoot(st)
-		if err != nil {
-			return err
-		}
-		g, err := root.Load(id)
-		if err != nil {
-			return err
-		}
-		err = g.Update(st.Info.Spec.Limits)
-		g.Close()
-		if err != nil {
+		if err := host.UpdateLimits(st, st.Info.Spec.Limits); err != nil {
 			return err
 		}
 	}
@@ -125,6 +115,7 @@ func (r *Runtime) refill() {
 		defer r.poolMu.Unlock()
 		spec := sandbox.Spec{Limits: sandbox.Limits{DiskBytes: r.cfg.PoolDiskBytes}}
 		spec.Normalize() // the defaults; cannot fail
+		r.defaults(&spec)
 		for n := r.pooledCount(); n < r.cfg.Pool; n++ {
 			s, err := r.create(context.Background(), spec, true)
 			if err != nil {

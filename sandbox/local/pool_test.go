@@ -53,7 +53,8 @@ func TestPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer g.Close()
-		file := filepath.Join(g.Path(cgroup.Memory), "memory.limit_in_bytes")
+		// The limit binds the commands (in their own group on v1).
+		file := filepath.Join(g.Path(cgroup.Memory), host.WorkGroup, "memory.limit_in_bytes")
 		if root.Version() == cgroup.V2 {
 			file = filepath.Join(g.Path(""), "memory.max")
 		}

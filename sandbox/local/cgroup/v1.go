@@ -293,3 +293,94 @@ func writeTasks(file string) error {
 	}
 	return err
 }
+
+// NewChild creates the group name below g with the limits l, in the v1
+// hierarchies of the controllers listed (those the root lacks are
+// skipped), and returns it. A child's usage counts in g's, so g's limits
+// bound the child too; the child's limits bound only what runs in it.
+// That is how a sandbox keeps its daemon apart from its commands: the
+// daemon in g, the commands in a child with exactly the user's limits,
+// and g a little larger, so the commands hitting their memory or pids
+// limit meet the kernel's OOM killer and fork's EAGAIN inside the child,
+// never the daemon.
+//
+// cgroup v1 (and hybrid) only: on v2 the child would need the process
+// that starts the commands to clone them into it (clone3), which the
+// sandbox's seccomp filter refuses. Errors as New's; ErrUnavailable on
+// v2.
+func (g *Group) NewChild(name string, l Limits, controllers ...string) (*Group, error) {
+	r, err := g.childRoot(name, controllers)
+	if err != nil {
+		return nil, err
+	}
+	child, err := r.New(name, l)
+	if err != nil {
+		return nil, err
+	}
+	g.adopt(child, name)
+	return child, nil
+}
+
+// LoadChild returns the child name of g made earlier by NewChild with
+// the same controllers. ErrNotFound if it does not exist.
+func (g *Group) LoadChild(name string, controllers ...string) (*Group, error) {
+	r, err := g.childRoot(name, controllers)
+	if err != nil {
+		return nil, err
+	}
+	child, err := r.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	g.adopt(child, name)
+	return child, nil
+}
+
+// adopt makes a group made under childRoot's root one of g's root, named
+// by its path from there ("sb/work"), so Path and the rest see it where
+// it is.
+func (g *Group) adopt(child *Group, name string) {
+	r := &Root{version: g.root.version, dirs: map[string]string{}}
+	for c := range child.root.dirs {
+		r.dirs[c] = g.root.dirs[c]
+	}
+	child.root = r
+	child.name = g.name + "/" + name
+}
+
+// childRoot is the root that makes groups directly below g in the
+// hierarchies of controllers.
+func (g *Group) childRoot(name string, controllers []string) (*Root, error) {
+	if g.root.version == V2 {
+		return nil, fmt.Errorf("cgroup %q: a child group for the sandbox's commands needs cgroup v1 (on v2 they would have to be cloned into it, which the sandbox's seccomp filter refuses): %w", g.name, sandbox.ErrUnavailable)
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	r := &Root{version: g.root.version, dirs: map[string]string{}}
+	for _, c := range controllers {
+		if p := g.Path(c); p != "" {
+			r.dirs[c] = p
+		}
+	}
+	if len(r.dirs) == 0 {
+		return nil, fmt.Errorf("cgroup %q: none of the hierarchies %s is mounted: %w", g.name, strings.Join(controllers, ", "), sandbox.ErrUnavailable)
+	}
+	return r, nil
+}
+
+// TasksFiles returns the group's tasks file in each of its v1
+// hierarchies: a thread that writes "0" to each moves itself into the
+// group (see EnterThread), and the processes it forks from then on are
+// born there. A thread can open them before it loses sight of the cgroup
+// filesystem (pivot_root) and write them after. Nil on v2.
+func (g *Group) TasksFiles() []string {
+	if g.root.version == V2 {
+		return nil
+	}
+	var files []string
+	for _, d := range g.dirs() {
+		files = append(files, filepath.Join(d, "tasks"))
+	}
+	return files
+}

@@ -3,27 +3,44 @@
 // sandbox writes lands there and a full disk gives its writers ENOSPC while
 // the host's filesystem is untouched.
 //
-// A capped disk is a sparse file formatted as ext4 and mounted through a
-// loop device. Of the ways to cap a directory this is the one that works on
-// any host filesystem: project quotas need the state directory's
-// filesystem mounted with prjquota (ext4) or pquota (XFS), which hosts
-// rarely are; a tmpfs with size= is memory, not disk, and loses its
-// contents when the sandbox stops. The image file is the disk: it survives
-// Unmount, so a stopped sandbox keeps its files, a resume mounts it again,
-// a fork copies it (sparse), and it costs the host only the blocks written.
+// A capped disk is a file formatted as ext4 and mounted through a loop
+// device. Of the ways to cap a directory this is the one that works on any
+// host filesystem: project quotas need the state directory's filesystem
+// mounted with prjquota (ext4) or pquota (XFS), which hosts rarely are; a
+// tmpfs with size= is memory, not disk, and loses its contents when the
+// sandbox stops. The image file is the disk: it survives Unmount, so a
+// stopped sandbox keeps its files, a resume mounts it again, a fork copies
+// it.
+//
+// The image holds its whole limit on the host from the start (fallocate:
+// the blocks are reserved, not written, so this takes about a millisecond
+// whatever the size). A sparse image would cost only the blocks written,
+// but then the limits of all sandboxes could add up to more than the host
+// has, and the sandbox that filled its own allowance would fill the host:
+// the other sandboxes' next writes would fail inside their filesystems
+// (EIO, journal aborts: lost data), and so would the host's own. Reserved
+// up front, a disk that the host cannot back is refused when it is made
+// (ErrLimit, see SpaceError), the host's filesystem does the accounting
+// for every sandbox on it, whichever state directory or Cove install made
+// them, and a full host costs no sandbox its data. Filesystems without
+// fallocate keep sparse images (without that guarantee); on btrfs, whose
+// copy-on-write needs new blocks for every write, it holds only with
+// nodatacow.
 //
 // Times measured for a 2 GiB disk on a 2-CPU VM (medians): formatting with
 // mkfs.ext4 takes about 5 ms whatever the size, since the options write
-// only about 130 KB; WithImageCache keeps one pristine image per size and
-// copies it instead (0.3 ms), making Create about 2-3.5 ms, most of it the
-// first mount (the loop device uses direct I/O, so the copied blocks are
-// flushed to the host disk first). Mount takes about 1 ms, Unmount about
-// 3 ms (sync, trim, unmount, wait for the loop device to be freed), Remove
-// about 2 ms. A limit of 0 makes an uncapped disk: plain directories on
-// the host's filesystem behind the same API.
+// only about 130 KB; WithImageCache keeps one pristine (sparse) image per
+// size and copies it instead (0.3 ms). Mount takes about 1 ms (the loop
+// device uses direct I/O, so the first mount of a copied image flushes
+// its blocks first), Unmount about 3 ms (sync, unmount, wait for the loop
+// device to be freed), Remove about 2 ms. A limit of 0 makes an uncapped
+// disk: plain directories on the host's filesystem behind the same API,
+// with no cap and nothing reserved.
 //
-// Mounts are made in the caller's mount namespace, under the disk's
-// directory. The package needs root (CAP_SYS_ADMIN), /dev/loop-control
+// Mounts are made in the caller's mount namespace (a thread's, for a
+// caller that unshared one), under the disk's directory; Create does not
+// mount. A disk mounted in a namespace other than the caller's is reached
+// through Via. The package needs root (CAP_SYS_ADMIN), /dev/loop-control
 // and mkfs.ext4 (Debian's e2fsprogs); Available says whether they are
 // there. Methods of a Disk are safe for concurrent use; two Disk values (or
 // processes) operating on the same directory at once are not coordinated.
@@ -34,7 +51,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +58,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -59,12 +74,17 @@ const (
 	mntName   = "mnt"      // where it is mounted; holds upper and work
 )
 
-// ioctls to freeze, thaw and trim a filesystem (<linux/fs.h>).
+// ioctls to freeze and thaw a filesystem (<linux/fs.h>).
 const (
 	fiFreeze = 0xC0045877 // FIFREEZE: _IOWR('X', 119, int)
 	fiThaw   = 0xC0045878 // FITHAW: _IOWR('X', 120, int)
-	fiTrim   = 0xC0185879 // FITRIM: _IOWR('X', 121, struct fstrim_range)
 )
+
+// KeepFree is the space a disk's reservation leaves free on the host's
+// filesystem, beyond what root alone may use there: room for the
+// runtime's own state, logs and databases. A disk that would leave less
+// is refused.
+const KeepFree = 32 << 20
 
 // detachWait bounds the wait for the kernel to free an autoclear loop
 // device after an unmount.
@@ -74,6 +94,10 @@ const detachWait = 2 * time.Second
 type Disk struct {
 	dir   string
 	limit int64 // 0: uncapped, plain directories
+	// view is prefixed to the mount point's path for what looks at the
+	// mount (a /proc/PID/root when it is in another mount namespace); ""
+	// in the caller's.
+	view string
 
 	// mu serializes Mount, Unmount, Copy and Remove.
 	mu sync.Mutex
@@ -113,15 +137,17 @@ func Available() error {
 }
 
 // Create makes a disk capped at limit bytes in dir, which must be missing
-// or empty and then belongs to the disk (Remove deletes it), and mounts
-// it: Upper and Work are then ready for an overlay mount. limit is rounded
-// down to 4 KiB; the filesystem's own structures (journal, inode tables)
-// take some of it: about 12% of a 64 MiB disk, 3% of 2 GiB. A limit of 0
-// makes an uncapped disk.
+// or empty and then belongs to the disk (Remove deletes it), with its
+// whole limit reserved on the host's filesystem. It does not mount it:
+// Mount it in the mount namespace that is to hold it, and Upper and Work
+// are then ready for an overlay mount. limit is rounded down to 4 KiB;
+// the filesystem's own structures (journal, inode tables) take some of
+// it: about 12% of a 64 MiB disk, 3% of 2 GiB. A limit of 0 makes an
+// uncapped disk (its directories are there at once).
 //
 // Errors: ErrInvalid for a negative limit or one below MinLimit, ErrExist
-// if dir is not empty, ErrUnavailable when loop devices or mkfs.ext4 are
-// missing, ErrLimit when the host filesystem is full. On error nothing is
+// if dir is not empty, ErrUnavailable when mkfs.ext4 is missing, ErrLimit
+// (a *SpaceError) when the host cannot back the limit. On error nothing is
 // left behind, dir included.
 func Create(ctx context.Context, dir string, limit int64, opts ...Option) (_ *Disk, err error) {
 	var o options
@@ -150,6 +176,11 @@ func Create(ctx context.Context, dir string, limit int64, opts ...Option) (_ *Di
 			if err := os.Mkdir(p, 0o755); err != nil {
 				return nil, fmt.Errorf("creating disk in %s: %w", dir, mapFull(err))
 			}
+			// The upper dir's mode becomes the mode of the sandbox's "/",
+			// whatever the umask.
+			if err := os.Chmod(p, 0o755); err != nil {
+				return nil, fmt.Errorf("creating disk in %s: %w", dir, err)
+			}
 		}
 		if err := os.Mkdir(d.Work(), 0o700); err != nil {
 			return nil, fmt.Errorf("creating disk in %s: %w", dir, mapFull(err))
@@ -157,6 +188,9 @@ func Create(ctx context.Context, dir string, limit int64, opts ...Option) (_ *Di
 		return d, nil
 	}
 
+	if err := admit(dir, limit); err != nil {
+		return nil, err
+	}
 	if err := os.Mkdir(d.mnt(), 0o755); err != nil {
 		return nil, fmt.Errorf("creating disk in %s: %w", dir, mapFull(err))
 	}
@@ -168,17 +202,145 @@ func Create(ctx context.Context, dir string, limit int64, opts ...Option) (_ *Di
 	if err != nil {
 		return nil, fmt.Errorf("creating disk in %s: %w", dir, err)
 	}
-	if err := d.Mount(); err != nil {
-		return nil, fmt.Errorf("creating disk in %s: %w", dir, err)
+	if err := d.allocate(); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// SpaceError is the ErrLimit of a disk the host's filesystem cannot back.
+// Its message names sizes, never a path.
+type SpaceError struct {
+	// Need is the space the disk still needs reserved.
+	Need int64
+	// Free is the space free on the host's filesystem (for users other
+	// than root), and Keep what of it stays free (KeepFree).
+	Free, Keep int64
+}
+
+func (e *SpaceError) Error() string {
+	return fmt.Sprintf("the host has too little disk space to promise this sandbox its disk: it needs %s more, %s is free and %s of that stays free for the host (a sandbox's disk holds its whole limit from the start, so no sandbox can take another's space); ask for a smaller disk or delete sandboxes you no longer need",
+		size(e.Need), size(max(e.Free, 0)), size(e.Keep))
+}
+
+// Is makes a SpaceError a sandbox.ErrLimit.
+func (e *SpaceError) Is(target error) bool { return target == sandbox.ErrLimit }
+
+// size renders n bytes in MiB or GiB.
+func size(n int64) string {
+	if n >= 10<<30 {
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	}
+	return strconv.FormatInt((n+(1<<20)-1)>>20, 10) + " MiB"
+}
+
+// admit checks that the filesystem holding dir (or its nearest existing
+// parent) can reserve need more bytes and still keep KeepFree free.
+func admit(dir string, need int64) error {
+	if need <= 0 {
+		return nil
+	}
+	var st unix.Statfs_t
+	for p := dir; ; p = filepath.Dir(p) {
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.ENOENT) || p == filepath.Dir(p) {
+			return fmt.Errorf("measuring the host's free space for disk %s: %w", dir, err)
+		}
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if free-need < KeepFree {
+		return &SpaceError{Need: need, Free: free, Keep: KeepFree}
+	}
+	return nil
+}
+
+// allocate reserves every block of the disk's image on the host's
+// filesystem: a host that fills up later cannot fail the sandbox's
+// writes. The blocks are reserved as unwritten extents (read as zeros,
+// nothing written now). A clone sharing blocks with another file (a
+// reflink copy on XFS) is unshared first, since writing a shared block
+// needs a new one. On a filesystem without fallocate the image stays
+// sparse.
+func (d *Disk) allocate() error {
+	f, err := os.OpenFile(d.image(), os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("reserving disk %s: %w", d.dir, err)
+	}
+	defer f.Close()
+	const unshare = 0x40 // FALLOC_FL_UNSHARE_RANGE (Linux 4.20)
+	unix.Fallocate(int(f.Fd()), unshare, 0, d.limit)
+	err = unix.Fallocate(int(f.Fd()), 0, 0, d.limit)
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS):
+		return nil
+	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
+		// Another reservation took the space since admit looked.
+		var st unix.Statfs_t
+		unix.Fstatfs(int(f.Fd()), &st)
+		return &SpaceError{Need: d.limit, Free: int64(st.Bavail) * int64(st.Bsize), Keep: KeepFree}
+	case err != nil:
+		return fmt.Errorf("reserving disk %s: %w", d.dir, err)
+	}
+	return nil
+}
+
+// Reserve makes sure the disk's whole limit is reserved on the host, as
+// Create and Copy leave it: a no-op for those, and for an uncapped disk;
+// a disk made sparse (by an older Cove) gets its blocks now. A resume
+// calls it before mounting. ErrLimit (a *SpaceError) when the host cannot
+// back the rest.
+func (d *Disk) Reserve() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.limit == 0 {
+		return nil
+	}
+	held, err := d.allocated()
+	if err != nil {
+		return err
+	}
+	if held >= d.limit {
+		return nil
+	}
+	if err := admit(d.dir, d.limit-held); err != nil {
+		return err
+	}
+	return d.allocate()
+}
+
+// Via returns the disk as seen through root, the root directory of
+// another mount namespace (/proc/PID/root of a process in it): Mounted,
+// Usage and Copy's freeze then look at the mount there. Upper and Work
+// stay the paths inside that namespace.
+func (d *Disk) Via(root string) *Disk {
+	return &Disk{dir: d.dir, limit: d.limit, view: root}
+}
+
+// WaitFree waits up to timeout until no loop device holds the disk's
+// image (the kernel frees one only when the filesystem's last mount, in
+// any mount namespace, is gone), and says whether one still does: an
+// error wrapping ErrUnavailable, naming no device or path, for a caller
+// to pass on to a tenant.
+func (d *Disk) WaitFree(timeout time.Duration) error {
+	if d.limit == 0 {
+		return nil
+	}
+	if devs := waitDetached(d.image(), timeout); len(devs) > 0 {
+		return fmt.Errorf("the sandbox's disk is still in use on the host (a process outside the sandbox holds its filesystem); it cannot be mounted again until that ends: %w", sandbox.ErrUnavailable)
+	}
+	return nil
 }
 
 // copyFromCache copies the cached pristine image of this size to image,
 // formatting it first if the cache has none. Concurrent callers may each
 // format one; the last rename wins and every copy is valid.
 func copyFromCache(ctx context.Context, cache, image string, size int64) error {
-	cached := filepath.Join(cache, "ext4-v1-"+strconv.FormatInt(size, 10)+".img")
+	// v2: the upper dir's mode is set whatever the umask of the process
+	// that formatted it.
+	cached := filepath.Join(cache, "ext4-v2-"+strconv.FormatInt(size, 10)+".img")
 	if _, err := os.Stat(cached); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(cache, 0o700); err != nil {
 			return mapFull(err)
@@ -236,13 +398,16 @@ func (d *Disk) Image() string {
 func (d *Disk) mnt() string   { return filepath.Join(d.dir, mntName) }
 func (d *Disk) image() string { return filepath.Join(d.dir, imageName) }
 
+// seen is the mount point's path as the caller reaches it (see Via).
+func (d *Disk) seen() string { return d.view + d.mnt() }
+
 // Mounted reports whether the disk's filesystem is mounted (in the
 // caller's mount namespace). An uncapped disk is always mounted.
 func (d *Disk) Mounted() (bool, error) {
 	if d.limit == 0 {
 		return true, nil
 	}
-	return isMountPoint(d.mnt())
+	return isMountPoint(d.seen())
 }
 
 // isMountPoint reports whether something is mounted on dir: its device
@@ -277,7 +442,7 @@ func (d *Disk) Mount() error {
 	if mounted {
 		return nil
 	}
-	if devs := waitDetached(d.image(), 100*time.Millisecond); len(devs) > 0 {
+	if devs := waitDetached(d.image(), time.Second); len(devs) > 0 {
 		return fmt.Errorf("mounting disk %s: its image is still in use through /dev/%s (a sandbox process may still hold it): stop the sandbox and try again: %w", d.dir, strings.Join(devs, ", /dev/"), sandbox.ErrState)
 	}
 	dev, err := attachLoop(d.image())
@@ -294,10 +459,12 @@ func (d *Disk) Mount() error {
 	return nil
 }
 
-// Unmount unmounts the disk's filesystem, keeping its image, and waits
-// until its loop device is free. Unmounting an unmounted disk does
-// nothing. ErrState while something still uses it (the sandbox's overlay
-// in this mount namespace, an open file): stop the sandbox first.
+// Unmount unmounts the disk's filesystem, keeping its image (and its
+// reservation: no blocks are given back), and waits until its loop device
+// is free. Unmounting an unmounted disk does nothing. ErrState while
+// something still uses it (the sandbox's overlay in this mount namespace,
+// an open file, a copy of the mount in another namespace): stop the
+// sandbox first.
 func (d *Disk) Unmount() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -322,9 +489,6 @@ func (d *Disk) unmountLocked(lazy bool) error {
 			if users := overlaysOn(d.mnt()); len(users) > 0 {
 				return fmt.Errorf("unmounting disk %s: the overlay on %s uses it: stop the sandbox first: %w", d.dir, users[0], sandbox.ErrState)
 			}
-			// Give the blocks of deleted files back to the host, so a
-			// stopped sandbox's image holds only what its files use.
-			trim(d.mnt())
 		}
 		err := unix.Unmount(d.mnt(), 0)
 		if errors.Is(err, unix.EBUSY) && lazy {
@@ -359,7 +523,7 @@ func (d *Disk) Usage() (used, total int64, err error) {
 		}
 		return used, 0, nil
 	}
-	mounted, err := isMountPoint(d.mnt())
+	mounted, err := isMountPoint(d.seen())
 	if err != nil {
 		return 0, 0, fmt.Errorf("measuring disk %s: %w", d.dir, err)
 	}
@@ -371,7 +535,7 @@ func (d *Disk) Usage() (used, total int64, err error) {
 		return used, total, nil
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(d.mnt(), &st); err != nil {
+	if err := unix.Statfs(d.seen(), &st); err != nil {
 		return 0, 0, fmt.Errorf("measuring disk %s: %w", d.dir, err)
 	}
 	bs := int64(st.Bsize)
@@ -379,12 +543,16 @@ func (d *Disk) Usage() (used, total int64, err error) {
 }
 
 // Allocated returns the bytes the disk takes on the host's filesystem:
-// the blocks its image has written (the image is sparse), or the blocks
-// of an uncapped disk's directories.
+// its image's blocks (its whole limit, reserved, where the host has
+// fallocate), or the blocks of an uncapped disk's directories.
 func (d *Disk) Allocated() (int64, error) {
 	if d.limit == 0 {
 		return duBytes(d.mnt())
 	}
+	return d.allocated()
+}
+
+func (d *Disk) allocated() (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(d.image(), &st); err != nil {
 		return 0, fmt.Errorf("measuring disk %s: %w", d.dir, err)
@@ -426,11 +594,13 @@ func duBytes(dir string) (int64, error) {
 }
 
 // Copy copies the disk into dst, a new directory, for a fork: the new disk
-// has the same limit and contents and is not mounted (Mount it). A mounted
-// disk is frozen during the copy (its writers block for that long), so the
-// copy is consistent. The image is copied sparse, cloned where the host
-// filesystem can share blocks. ErrExist if dst exists, ErrLimit when the
-// host filesystem is full.
+// has the same limit and contents, its whole limit reserved as Create's,
+// and is not mounted (Mount it). A mounted disk (seen through Via when it
+// is in another mount namespace) is frozen during the copy (its writers
+// block for that long), so the copy is consistent. Only the image's data
+// is copied, cloned where the host filesystem can share blocks. ErrExist
+// if dst exists, ErrLimit (a *SpaceError) when the host cannot back the
+// copy.
 func (d *Disk) Copy(ctx context.Context, dst string) (_ *Disk, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -449,6 +619,9 @@ func (d *Disk) Copy(ctx context.Context, dst string) (_ *Disk, err error) {
 		}
 	}()
 	nd := &Disk{dir: dst, limit: d.limit}
+	if err := admit(dst, d.limit); err != nil {
+		return nil, err
+	}
 	if d.limit == 0 {
 		// The sandbox may be changing its upper dir meanwhile: copyTree
 		// follows none of its links (cp -a could, between its lstat and
@@ -461,13 +634,12 @@ func (d *Disk) Copy(ctx context.Context, dst string) (_ *Disk, err error) {
 	if err := os.Mkdir(nd.mnt(), 0o755); err != nil {
 		return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, mapFull(err))
 	}
-	mounted, err := isMountPoint(d.mnt())
+	mounted, err := isMountPoint(d.seen())
 	if err != nil {
 		return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, err)
 	}
 	if mounted {
-		trim(d.mnt())
-		thaw, err := freeze(d.mnt())
+		thaw, err := freeze(d.seen())
 		if err != nil {
 			return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, err)
 		}
@@ -475,6 +647,9 @@ func (d *Disk) Copy(ctx context.Context, dst string) (_ *Disk, err error) {
 	}
 	if err := copySparse(ctx, nd.image(), d.image()); err != nil {
 		return nil, fmt.Errorf("copying disk %s to %s: %w", d.dir, dst, err)
+	}
+	if err := nd.allocate(); err != nil {
+		return nil, err
 	}
 	return nd, nil
 }
@@ -499,25 +674,10 @@ func freeze(dir string) (thaw func(), err error) {
 	}, nil
 }
 
-// trim discards the free blocks of the filesystem mounted on dir; the
-// loop device punches them out of the image file. It syncs first: blocks
-// freed in the running journal transaction are not free to trim yet. Best
-// effort: a failure only leaves the image larger than it needs to be.
-func trim(dir string) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	unix.Syncfs(int(f.Fd()))
-	r := struct{ start, len, minLen uint64 }{0, math.MaxUint64, 0}
-	unix.Syscall(unix.SYS_IOCTL, f.Fd(), fiTrim, uintptr(unsafe.Pointer(&r)))
-}
-
-// overlaysOn returns the overlay mounts (in this mount namespace) whose
-// upper or work dir is under dir.
+// overlaysOn returns the overlay mounts (in the calling thread's mount
+// namespace) whose upper or work dir is under dir.
 func overlaysOn(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	data, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil
 	}

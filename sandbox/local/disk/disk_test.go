@@ -29,9 +29,9 @@ func needDisks(t testing.TB) {
 	}
 }
 
-// create makes a disk in a fresh temporary directory and removes it at
-// the end of the test (before the directory itself is cleaned up, so no
-// cleanup walks into a mount).
+// create makes a disk in a fresh temporary directory and mounts it, and
+// removes it at the end of the test (before the directory itself is
+// cleaned up, so no cleanup walks into a mount).
 func create(t testing.TB, limit int64, opts ...Option) *Disk {
 	t.Helper()
 	d, err := Create(context.Background(), filepath.Join(t.TempDir(), "disk"), limit, opts...)
@@ -39,6 +39,9 @@ func create(t testing.TB, limit int64, opts ...Option) *Disk {
 		t.Fatalf("Create(%d): %v", limit, err)
 	}
 	t.Cleanup(func() { d.Remove() })
+	if err := d.Mount(); err != nil {
+		t.Fatalf("Mount: %v", err)
+	}
 	return d
 }
 
@@ -128,8 +131,8 @@ func TestFillUnmountMountCopyRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alloc > limit {
-		t.Errorf("Allocated() = %d, want at most the limit %d", alloc, limit)
+	if alloc < limit || alloc > limit+1<<20 {
+		t.Errorf("Allocated() = %d, want the limit %d, reserved (and a few blocks of the host's metadata)", alloc, limit)
 	}
 	used, total, err := d.Usage()
 	if err != nil {
@@ -211,8 +214,8 @@ func TestFillUnmountMountCopyRemove(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(d.Upper(), "only-in-copy")); !errors.Is(err, os.ErrNotExist) {
 		t.Error("a file written to the copy appeared in the original")
 	}
-	if ca, _ := c.Allocated(); ca > 16<<20 {
-		t.Errorf("the copy allocates %d bytes on the host, want it sparse (a few MiB)", ca)
+	if ca, _ := c.Allocated(); ca < limit {
+		t.Errorf("the copy holds %d bytes on the host, want its whole limit (%d) reserved", ca, limit)
 	}
 
 	for _, x := range []*Disk{d, c} {
@@ -417,6 +420,9 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			disks[i], errs[i] = Create(context.Background(), filepath.Join(dir, strconv.Itoa(i)), 64<<20, WithImageCache(cache))
+			if errs[i] == nil {
+				errs[i] = disks[i].Mount()
+			}
 		}()
 	}
 	wg.Wait()
@@ -440,5 +446,73 @@ func TestConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 		assertGone(t, d)
+	}
+}
+
+// smallHost mounts a tmpfs of size bytes as a host filesystem to keep
+// disks on, removed at the end of the test.
+func smallHost(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)); err != nil {
+		t.Skipf("mounting a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// TestReserve: a disk holds its whole limit on the host from the start,
+// so the host refuses one it cannot back (without naming a path), and a
+// host filled from outside costs a disk none of its space.
+func TestReserve(t *testing.T) {
+	needDisks(t)
+	ctx := context.Background()
+	host := smallHost(t, 256<<20)
+	a, err := Create(ctx, filepath.Join(host, "a"), 96<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Remove() })
+	if err := a.Mount(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(ctx, filepath.Join(host, "b"), 96<<20); err != nil {
+		t.Fatalf("a second disk that fits: %v", err)
+	}
+	_, err = Create(ctx, filepath.Join(host, "c"), 96<<20)
+	var se *SpaceError
+	if !errors.Is(err, sandbox.ErrLimit) || !errors.As(err, &se) {
+		t.Fatalf("a third 96 MiB disk on a 256 MiB host: %v, want a SpaceError (ErrLimit)", err)
+	}
+	if strings.Contains(err.Error(), host) || strings.Contains(err.Error(), "/dev/") {
+		t.Errorf("the refusal names a host path: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "c")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused disk left its directory")
+	}
+	if _, err := a.Copy(ctx, filepath.Join(host, "fork")); !errors.Is(err, sandbox.ErrLimit) {
+		t.Errorf("copying a disk the host cannot back: %v, want ErrLimit", err)
+	}
+
+	// Fill the host from outside; the disk still takes its whole limit.
+	if _, err := fill(filepath.Join(host, "filler")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the host: %v", err)
+	}
+	n, err := fill(filepath.Join(a.Upper(), "big"))
+	if !errors.Is(err, syscall.ENOSPC) || n < 80<<20 {
+		t.Fatalf("filling the disk on a full host: %d bytes, then %v; want about 90 MiB, then ENOSPC", n, err)
+	}
+	if err := a.Unmount(); err != nil {
+		t.Fatalf("unmounting on a full host: %v", err)
+	}
+	if err := a.Reserve(); err != nil {
+		t.Errorf("Reserve of a reserved disk on a full host: %v", err)
+	}
+	if err := a.Mount(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(a.Upper(), "big"))
+	if err != nil || fi.Size() != n {
+		t.Errorf("after a remount on a full host the file is %v (%v), want %d bytes", fi, err, n)
 	}
 }

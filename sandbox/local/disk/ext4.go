@@ -41,11 +41,19 @@ func format(ctx context.Context, image string, size int64) error {
 		return err
 	}
 	defer os.RemoveAll(seed)
-	if err := os.Mkdir(filepath.Join(seed, "upper"), 0o755); err != nil {
-		return err
-	}
-	if err := os.Mkdir(filepath.Join(seed, "work"), 0o700); err != nil {
-		return err
+	// The upper dir's mode becomes the mode of the sandbox's "/": set it
+	// whatever the umask.
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{"upper", 0o755}, {"work", 0o700}} {
+		p := filepath.Join(seed, d.name)
+		if err := os.Mkdir(p, d.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
 	}
 	f, err := os.OpenFile(image, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {

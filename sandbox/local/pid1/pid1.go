@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,12 +53,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	lf.Close()
 	// The cgroup's files are not visible after pivot_root: keep the OOM
-	// counter open.
-	var oomCounter func() int64
-	if cfg.OOMFile != "" {
-		if f, err := os.Open(cfg.OOMFile); err == nil {
-			oomCounter = func() int64 { return readOOMCounter(f) }
-		}
+	// counters open, and start the thread that joins the commands' group
+	// (while the root is built).
+	oomCounter := openOOMCounters(cfg.OOMFile, cfg.WorkOOMFile)
+	work, err := startWorkThread(cfg.WorkTasks)
+	if err != nil {
+		return err
 	}
 	if err := buildRoot(cfg); err != nil {
 		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
@@ -73,6 +74,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.Hostname != "" {
 		unix.Sethostname([]byte(cfg.Hostname))
 	}
+	var spawn func(*exec.Cmd) error
+	if work != nil {
+		// Joined before hardening, so the thread is hardened as it is.
+		if err := work.wait(); err != nil {
+			return err
+		}
+		spawn = work.spawn
+	}
 	if cfg.Harden {
 		if err := hardenSelf(cfg, log); err != nil {
 			return fmt.Errorf("hardening the sandbox: %w", err)
@@ -85,7 +94,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	os.Unsetenv(guest.TokenEnv)
 	srv, err := guest.NewServer(guest.Config{
 		Root: "/", Workdir: cfg.Workspace, AccessToken: token, Env: cfg.Env,
-		User: cfg.User, Reap: true, Logger: log, OOMCounter: oomCounter,
+		User: cfg.User, Reap: true, Logger: log, OOMCounter: oomCounter, Spawn: spawn,
 	})
 	if err != nil {
 		return err

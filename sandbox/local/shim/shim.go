@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/harden"
@@ -79,6 +81,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", sbdir.ListenFD, err)
 	}
 	fl.Close()
+	if err := privateMounts(); err != nil {
+		lf.Close()
+		return err
+	}
 	grp, release, err := host.Acquire(ctx, dir, st, log)
 	if err != nil {
 		lf.Close()
@@ -245,5 +251,31 @@ loop:
 		log.Error("recording the stop", "err", err)
 	}
 	log.Info("sandbox stopped", "reason", reason)
+	return nil
+}
+
+// privateMounts gives the calling thread (locked, the one that mounts the
+// sandbox's disk and forks pid 1) a mount namespace of its own, so the
+// disk is mounted there and in pid 1's copy, never in the host's. Every
+// process that clones the host's mount namespace (another sandbox's
+// start, a container runtime, systemd's PrivateTmp) would otherwise copy
+// the disk's mount and keep the filesystem, and so its loop device, alive
+// after this sandbox stops: the stop could not free the device, and the
+// resume after it would find the image still in use. The runtime reaches
+// a running sandbox's disk through this thread's /proc root (host.DiskView).
+//
+// Mounts here are slaves of the host's: what the host unmounts goes from
+// here too (where the host shares its mounts), and nothing mounted here
+// reaches the host.
+func privateMounts() error {
+	// A thread shares its root and working directory with its process
+	// (CLONE_FS); unsharing the mount namespace unshares them too, for
+	// this thread alone.
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+		return fmt.Errorf("making the supervisor's mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("making the supervisor's mounts private: %w", err)
+	}
 	return nil
 }

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
@@ -19,10 +21,12 @@ import (
 )
 
 // Acquire prepares what a sandbox holds on the host while it runs: its
-// disk mounted, and a cgroup with its limits (nil when the host has no
-// cgroups and the sandbox asks for no limits). It records the cgroup's
-// root in st. The supervisor calls it before starting pid 1 and the
-// returned release when pid 1 has ended.
+// disk mounted (in the calling thread's mount namespace: the supervisor's
+// own, never the host's), and a cgroup with its limits (nil when the host
+// has no cgroups and the sandbox asks for no limits), with the child
+// group for its commands on cgroup v1. It records the cgroup's root in st
+// and what pid 1 needs of the cgroups in st.Init. The supervisor calls it
+// before starting pid 1 and the returned release when pid 1 has ended.
 func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger) (grp *cgroup.Group, release func(), err error) {
 	d, err := disk.Open(filepath.Join(dir, "disk"))
 	if err != nil {
@@ -52,12 +56,28 @@ func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger)
 	if old, err := root.Load(name); err == nil {
 		old.Delete(ctx) // left by a supervisor that died
 	}
-	grp, err = root.New(name, st.Info.Spec.Limits)
+	limits := st.Info.Spec.Limits
+	nested := root.Version() != cgroup.V2
+	if nested {
+		limits = withReserve(limits)
+	}
+	grp, err = root.New(name, limits)
 	if err != nil {
 		release()
 		return nil, nil, fmt.Errorf("creating the sandbox's cgroup: %w", err)
 	}
 	st.CgroupRoot = root.String()
+	st.Init.WorkTasks, st.Init.WorkOOMFile = nil, ""
+	if nested {
+		work, err := grp.NewChild(WorkGroup, workLimits(st.Info.Spec.Limits), workControllers...)
+		if err != nil {
+			grp.Delete(context.WithoutCancel(ctx))
+			release()
+			return nil, nil, fmt.Errorf("creating the cgroup of the sandbox's commands: %w", err)
+		}
+		st.Init.WorkTasks = work.TasksFiles()
+		st.Init.WorkOOMFile = OOMFile(work)
+	}
 	diskRelease := release
 	release = func() {
 		if err := grp.Delete(context.WithoutCancel(ctx)); err != nil {
@@ -67,6 +87,86 @@ func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger)
 		diskRelease()
 	}
 	return grp, release, nil
+}
+
+// The daemon apart from its commands. On cgroup v1 and hybrid hosts the
+// sandbox's group holds the daemon (pid 1) and a child, WorkGroup, that
+// holds every command it starts, with exactly the user's memory and pids
+// limits; the sandbox's group has those plus a reserve the commands can
+// never take. A workload of many small processes that runs out of memory
+// then meets the OOM killer inside the child, which picks among the
+// commands only (the daemon was the largest process and died with the
+// sandbox before), and a fork bomb finds fork failing in the child while
+// the daemon can still make the threads it needs. The daemon starts
+// commands from one thread of its own that joined the child (pid1's
+// work.go): on v1 a process is charged to the group of its main thread,
+// so that thread costs the commands nothing but one pid, and the OOM
+// killer, which looks at main threads, never sees the daemon there.
+//
+// cgroup v2 keeps one group per sandbox: a process there is either born
+// in a group (clone3 with CLONE_INTO_CGROUP, which the sandbox's seccomp
+// filter must refuse, since clone3 hides namespace flags from it) or
+// moved, which costs a kernel RCU grace period (5-12 ms) per command.
+const (
+	// WorkGroup is the name of the sandbox's commands' group, below the
+	// sandbox's.
+	WorkGroup = "work"
+	// DaemonMemory is the memory the sandbox's group holds beyond the
+	// memory limit, for the daemon: its own pages are about 4 MiB (30 MiB
+	// in a race-detector build), plus buffers and page cache.
+	DaemonMemory = 64 << 20
+	// DaemonPids is the number of tasks the sandbox's group holds beyond
+	// the pids limit, for the daemon's threads (about 8 idle, one more
+	// per blocking system call in flight).
+	DaemonPids = 128
+)
+
+// workControllers are the hierarchies the commands' group is made in:
+// those whose limits must spare the daemon. CPU stays shared: a busy
+// command slows the daemon but cannot stop it.
+var workControllers = []string{cgroup.Memory, cgroup.Pids}
+
+// withReserve is l with the daemon's reserve added to the limits set.
+func withReserve(l sandbox.Limits) sandbox.Limits {
+	if l.MemoryBytes > 0 {
+		l.MemoryBytes += DaemonMemory
+	}
+	if l.Pids > 0 {
+		l.Pids += DaemonPids
+	}
+	return l
+}
+
+// workLimits is the part of l the commands' group enforces.
+func workLimits(l sandbox.Limits) sandbox.Limits {
+	return sandbox.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids}
+}
+
+// UpdateLimits gives a running sandbox's groups the limits l (a pooled
+// sandbox taking the spec of the one it becomes).
+func UpdateLimits(st *sbdir.State, l sandbox.Limits) error {
+	root, err := CgroupRoot(st)
+	if err != nil {
+		return err
+	}
+	g, err := root.Load(st.Info.ID)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if root.Version() == cgroup.V2 {
+		return g.Update(l)
+	}
+	work, err := g.LoadChild(WorkGroup, workControllers...)
+	if err != nil {
+		return err
+	}
+	// v1 lets a child's limit exceed its parent's, so the order does not
+	// matter.
+	if err := g.Update(withReserve(l)); err != nil {
+		return err
+	}
+	return work.Update(workLimits(l))
 }
 
 // OOMFile is the file whose oom_kill counter covers the group ("" for
@@ -80,6 +180,31 @@ func OOMFile(g *cgroup.Group) string {
 	}
 	if p := g.Path(cgroup.Memory); p != "" {
 		return filepath.Join(p, "memory.oom_control")
+	}
+	return ""
+}
+
+// DiskView is where another process reaches a running sandbox's disk:
+// the root of the mount namespace its supervisor (pid shimPID) mounted it
+// in, as /proc/PID/task/TID/root of the supervisor's thread that holds
+// that namespace. "" when no thread of the supervisor is in another mount
+// namespace than the caller's (a supervisor that mounted in the host's,
+// or none).
+func DiskView(shimPID int) string {
+	own, err := os.Readlink("/proc/thread-self/ns/mnt")
+	if err != nil {
+		return ""
+	}
+	base := filepath.Join("/proc", strconv.Itoa(shimPID), "task")
+	tasks, err := os.ReadDir(base)
+	if err != nil {
+		return ""
+	}
+	for _, t := range tasks {
+		ns, err := os.Readlink(filepath.Join(base, t.Name(), "ns", "mnt"))
+		if err == nil && ns != own {
+			return filepath.Join(base, t.Name(), "root")
+		}
 	}
 	return ""
 }

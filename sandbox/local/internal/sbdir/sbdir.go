@@ -68,6 +68,15 @@ type Init struct {
 	// OOMFile is the host path of the sandbox cgroup's OOM counter
 	// (memory.events or memory.oom_control), opened before pivot_root.
 	OOMFile string `json:"oom_file,omitempty"`
+	// WorkTasks are the host paths of the tasks files (one per cgroup v1
+	// hierarchy) of the group the sandbox's commands run in, apart from
+	// the daemon (see package host); pid 1 opens them before pivot_root,
+	// and the thread it starts commands from joins that group through
+	// them. None on cgroup v2 or without cgroups.
+	WorkTasks []string `json:"work_tasks,omitempty"`
+	// WorkOOMFile is the OOM counter of the commands' group; its kills
+	// count there, not in OOMFile (v1 counts each group's own).
+	WorkOOMFile string `json:"work_oom_file,omitempty"`
 	// Net is the sandbox's network beyond loopback (nil: none).
 	Net *Net `json:"net,omitempty"`
 }
@@ -154,7 +163,44 @@ func result(dir string, st State, err error) (*State, error) {
 }
 
 // Write replaces a sandbox's state.
-func Write(dir string, st *State) error { return sbutil.WriteJSON(statePath(dir), st) }
+func Write(dir string, st *State) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return replaceFile(statePath(dir), data)
+}
+
+// replaceFile replaces the file at path with data: through a new file
+// renamed over it, so no reader sees half of it; but on a full host
+// filesystem, where the new file gets no block, by overwriting the file
+// in place, in the blocks it already has (a stop must be recorded, and a
+// stopped sandbox resumed, on a full host; a few KiB of JSON fit in the
+// file's block, and one block is written whole).
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, data, 0o600)
+	if err == nil {
+		return os.Rename(tmp, path)
+	}
+	os.Remove(tmp)
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return err
+	}
+	// No O_TRUNC: truncating would give back the blocks the write needs.
+	f, ferr := os.OpenFile(path, os.O_WRONLY, 0)
+	if ferr != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(data)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // Lock takes the sandbox's lock (flock on DIR/lock) for a
 // read-modify-write of its state; the returned func releases it.
@@ -200,7 +246,7 @@ func WriteInit(dir string, cfg *Init) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(initPath(dir), data, 0o600)
+	return replaceFile(initPath(dir), data)
 }
 
 // ReadInit reads what WriteInit saved.
