@@ -156,11 +156,14 @@ describe(`E2B SDK against Cove (${mode} routing)`, () => {
     const data = crypto.randomBytes(50 << 20)
     const want = crypto.createHash('sha256').update(data).digest('hex')
     const p = `${home}/big-${runID}.bin`
-    await sbx.files.write(p, data)
-    const got = await sbx.files.read(p, { format: 'bytes' })
+    // Generous timeouts (the SDK's default is 60 s): a busy machine
+    // (the test suite's other packages run meanwhile) moves 50 MB slowly.
+    const slow = { requestTimeoutMs: 600_000 }
+    await sbx.files.write(p, data, slow)
+    const got = await sbx.files.read(p, { format: 'bytes', ...slow })
     assert.equal(got.length, data.length)
     assert.equal(crypto.createHash('sha256').update(got).digest('hex'), want)
-    assert.equal((await sbx.commands.run(`sha256sum ${p}`)).stdout.split(' ')[0], want)
+    assert.equal((await sbx.commands.run(`sha256sum ${p}`, { timeoutMs: 600_000, ...slow })).stdout.split(' ')[0], want)
     await sbx.files.remove(p)
   })
 
