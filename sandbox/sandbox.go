@@ -57,9 +57,15 @@ const (
 type Limits struct {
 	CPUs        float64 `json:"cpus,omitempty"`         // CPU quota in cores
 	MemoryBytes int64   `json:"memory_bytes,omitempty"` // hard memory limit; exceeding it OOM-kills inside the sandbox
-	Pids        int     `json:"pids,omitempty"`         // max processes/threads
+	Pids        int     `json:"pids,omitempty"`         // max processes/threads; 0: the runtime's default, NoPidsLimit: none
 	DiskBytes   int64   `json:"disk_bytes,omitempty"`   // max bytes the sandbox may write to its own disk
 }
+
+// NoPidsLimit as Limits.Pids asks for no pids limit at all, where 0 takes
+// the runtime's default (a finite one: a sandbox without a limit can
+// take every pid of the host). Runtimes that serve tenants refuse it
+// unless their operator allows it.
+const NoPidsLimit = -1
 
 // Network says what the sandbox may reach.
 type Network struct {
@@ -380,7 +386,7 @@ func (s *Spec) Normalize() error {
 		}
 	}
 	l := s.Limits
-	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 || s.TTL < 0 {
+	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < NoPidsLimit || l.DiskBytes < 0 || s.TTL < 0 {
 		return fmt.Errorf("negative limit or TTL in %+v (ttl %s): limits are 0 (none) or positive: %w", l, s.TTL, ErrInvalid)
 	}
 	return nil

@@ -117,7 +117,7 @@ func TestPidsLimit(t *testing.T) {
 	okey := open.teamKey(t, "pids")
 	sb = open.create(t, okey, api.CreateSandbox{Pids: api.PidsUnlimited})
 	in := runtimeInfo(t, open.Runtime, sb.ID)
-	if sb.Pids != api.PidsUnlimited || in.Spec.Limits.Pids != 0 {
+	if sb.Pids != api.PidsUnlimited || in.Spec.Limits.Pids != sandbox.NoPidsLimit {
 		t.Errorf("unlimited where allowed: the API shows %d, the runtime has %d", sb.Pids, in.Spec.Limits.Pids)
 	}
 }

@@ -211,7 +211,7 @@ func (s *Server) specFor(req api.CreateSandbox, team string) (sandbox.Spec, stor
 	}
 	spec := sandbox.Spec{
 		Template: req.Template, Root: req.Root, User: req.User, Env: maps.Clone(req.Env), Labels: labels, TTL: ttl,
-		Limits: sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes, Pids: max(preset.Pids, 0)},
+		Limits: sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes, Pids: preset.Pids},
 	}
 	if n := req.Network; n != nil {
 		switch n.Mode {

@@ -273,7 +273,7 @@ func (r *Runtime) session(sb api.Sandbox) *guest.Session {
 func info(sb api.Sandbox) sandbox.Info {
 	spec := sandbox.Spec{
 		Template: sb.Template, Root: sb.Root, User: sb.User, Labels: sb.Labels, Env: sb.Env,
-		Limits: sandbox.Limits{CPUs: sb.CPUs, MemoryBytes: sb.MemoryBytes, DiskBytes: sb.DiskBytes, Pids: max(sb.Pids, 0)},
+		Limits: sandbox.Limits{CPUs: sb.CPUs, MemoryBytes: sb.MemoryBytes, DiskBytes: sb.DiskBytes, Pids: sb.Pids},
 	}
 	if sb.Deadline != nil && !sb.StartedAt.IsZero() {
 		// The TTL as it stands: from the start to the deadline.

@@ -7,6 +7,8 @@ package api
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // Error is every error response: {code, message, request_id}.
@@ -62,7 +64,7 @@ const (
 	MinPids        = 32
 	// PidsUnlimited asks for no pids limit; a server refuses it unless
 	// its operator allows it.
-	PidsUnlimited = -1
+	PidsUnlimited = sandbox.NoPidsLimit
 )
 
 // CreateSandbox is the body of POST /v1/sandboxes.

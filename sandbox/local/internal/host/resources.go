@@ -56,7 +56,7 @@ func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger)
 	if old, err := root.Load(name); err == nil {
 		old.Delete(ctx) // left by a supervisor that died
 	}
-	limits := st.Info.Spec.Limits
+	limits := cgroupLimits(st.Info.Spec.Limits)
 	nested := root.Version() != cgroup.V2
 	if nested {
 		limits = withReserve(limits)
@@ -69,7 +69,7 @@ func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger)
 	st.CgroupRoot = root.String()
 	st.Init.WorkTasks, st.Init.WorkOOMFile = nil, ""
 	if nested {
-		work, err := grp.NewChild(WorkGroup, workLimits(st.Info.Spec.Limits), workControllers...)
+		work, err := grp.NewChild(WorkGroup, workLimits(cgroupLimits(st.Info.Spec.Limits)), workControllers...)
 		if err != nil {
 			grp.Delete(context.WithoutCancel(ctx))
 			release()
@@ -126,6 +126,14 @@ const (
 // command slows the daemon but cannot stop it.
 var workControllers = []string{cgroup.Memory, cgroup.Pids}
 
+// cgroupLimits is l as cgroups take it: no pids limit is 0 there.
+func cgroupLimits(l sandbox.Limits) sandbox.Limits {
+	if l.Pids < 0 {
+		l.Pids = 0
+	}
+	return l
+}
+
 // withReserve is l with the daemon's reserve added to the limits set.
 func withReserve(l sandbox.Limits) sandbox.Limits {
 	if l.MemoryBytes > 0 {
@@ -145,6 +153,7 @@ func workLimits(l sandbox.Limits) sandbox.Limits {
 // UpdateLimits gives a running sandbox's groups the limits l (a pooled
 // sandbox taking the spec of the one it becomes).
 func UpdateLimits(st *sbdir.State, l sandbox.Limits) error {
+	l = cgroupLimits(l)
 	root, err := CgroupRoot(st)
 	if err != nil {
 		return err
