@@ -69,6 +69,19 @@ func newRuntime(t testing.TB) *Runtime {
 		// The race detector sleeps a second at exit; the supervisor and
 		// pid 1 are this binary, and they exit at every stop.
 		shared, sharedErr = New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+		// What a failed test left is deleted with the directory, so no
+		// run leaves sandboxes, reserved disks or templates behind.
+		sandboxtest.AtExit(func() {
+			if shared != nil {
+				shared.DrainPool(context.Background())
+				if infos, err := shared.List(context.Background()); err == nil {
+					for _, in := range infos {
+						shared.Delete(context.Background(), in.ID)
+					}
+				}
+			}
+			os.RemoveAll(dir)
+		})
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)

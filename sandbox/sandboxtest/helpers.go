@@ -54,8 +54,21 @@ func Main(m *testing.M, role func(args []string) (handled bool, err error)) {
 			os.Exit(0)
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for i := len(atExit) - 1; i >= 0; i-- {
+		atExit[i]()
+	}
+	os.Exit(code)
 }
+
+// atExit holds what AtExit registered.
+var atExit []func()
+
+// AtExit registers f to run once the package's tests have run, before
+// Main exits (last registered, first run): for what tests share, such as
+// a runtime's state directory, which no single test's Cleanup may remove.
+// Call it from tests, not concurrently with Main's end.
+func AtExit(f func()) { atExit = append(atExit, f) }
 
 // EchoServer serves TCP echo on 127.0.0.1:port (the sandbox's own
 // loopback), printing "listening" once it does.
