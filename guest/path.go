@@ -308,29 +308,14 @@ func (s *Server) linkDest(dirSP, target string) (dest string, ok bool) {
 		}
 		return toSandbox(root, host), true
 	}
-	if root != "/" && escapesLexically(dirSP+"/"+target) {
-		return "", false
-	}
-	return path.Join(dirSP, target), true
-}
-
-// escapesLexically reports whether walking the absolute path p component
-// by component ever climbs above "/".
-func escapesLexically(p string) bool {
-	depth := 0
-	for _, name := range strings.Split(p, "/") {
-		switch name {
-		case "", ".":
-		case "..":
-			depth--
-			if depth < 0 {
-				return true
-			}
-		default:
-			depth++
+	if root != "/" {
+		// A relative target may not climb above Root (ResolvePath
+		// refuses a ".." above "/").
+		if _, err := sandbox.ResolvePath("/", dirSP+"/"+target); err != nil {
+			return "", false
 		}
 	}
-	return false
+	return path.Join(dirSP, target), true
 }
 
 // mkdirOwned makes directory name in dir with mode 0755 and hands it to

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 // TestBuild bootstraps a real Debian minbase tree with one small extra
@@ -50,7 +51,7 @@ func TestBuild(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(st.Dir(), "tmp")); len(entries) != 0 {
 		t.Errorf("tmp holds %d entries after a cancelled Build", len(entries))
 	}
-	if ms, _ := mountsUnder(st.Dir()); len(ms) != 0 {
+	if ms, _ := mountinfo.Under(st.Dir()); len(ms) != 0 {
 		t.Errorf("mounts left after a cancelled Build: %v", ms)
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")

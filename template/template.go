@@ -23,7 +23,6 @@
 package template
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -41,6 +40,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 // HostName is the name of the built-in template made from the host's own
@@ -622,14 +622,14 @@ func existErr(name string) error {
 // may leave /proc or a bind of /dev mounted inside its target, and
 // deleting through such a mount would delete host files.
 func removeTree(dir string) error {
-	mounts, err := mountsUnder(dir)
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return err
 	}
 	for i := len(mounts) - 1; i >= 0; i-- { // deepest last in mountinfo order
 		syscall.Unmount(mounts[i], syscall.MNT_DETACH)
 	}
-	if mounts, _ := mountsUnder(dir); len(mounts) > 0 {
+	if mounts, _ := mountinfo.Under(dir); len(mounts) > 0 {
 		return fmt.Errorf("not deleting %s: %s is still mounted; unmount it and delete the directory by hand: %w", dir, mounts[0], sandbox.ErrState)
 	}
 	if err := os.RemoveAll(dir); err == nil || !errors.Is(err, fs.ErrPermission) {
@@ -645,43 +645,4 @@ func removeTree(dir string) error {
 		return nil
 	})
 	return os.RemoveAll(dir)
-}
-
-// mountsUnder lists the mount points at or below dir, in mount order.
-func mountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("reading the mount table: %w", err)
-	}
-	var out []string
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		f := strings.Fields(string(line))
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 func TestValidName(t *testing.T) {
@@ -255,7 +256,7 @@ func TestRemoveTreeMounted(t *testing.T) {
 	if err := removeTree(dir); err != nil {
 		t.Fatalf("removeTree: %v", err)
 	}
-	if ms, _ := mountsUnder(dir); len(ms) != 0 {
+	if ms, _ := mountinfo.Under(dir); len(ms) != 0 {
 		syscall.Unmount(m, syscall.MNT_DETACH)
 		t.Errorf("still mounted: %v", ms)
 	}

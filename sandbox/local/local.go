@@ -17,7 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +31,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -686,43 +687,10 @@ func detachMountsUnder(dir, keep string) error {
 }
 
 // mountsUnder lists the mount points at or below dir, other than keep,
-// in mountinfo order.
+// in mount order.
 func mountsUnder(dir, keep string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if (mp == dir || strings.HasPrefix(mp, dir+"/")) && mp != keep {
-			out = append(out, mp)
-		}
-	}
-	return out
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	mounts, _ := mountinfo.Under(dir)
+	return slices.DeleteFunc(mounts, func(m string) bool { return m == keep })
 }
 
 // Inode flags that stop a file from being deleted (<linux/fs.h>).

@@ -62,6 +62,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 // MinLimit is the smallest disk limit: ext4's own structures (journal,
@@ -677,50 +678,22 @@ func freeze(dir string) (thaw func(), err error) {
 // overlaysOn returns the overlay mounts (in the calling thread's mount
 // namespace) whose upper or work dir is under dir.
 func overlaysOn(dir string) []string {
-	data, err := os.ReadFile("/proc/thread-self/mountinfo")
+	mounts, err := mountinfo.Read("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	var users []string
-	for _, line := range strings.Split(string(data), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
+	for _, m := range mounts {
+		if m.FSType != "overlay" {
 			continue
 		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 || g[0] != "overlay" {
-			continue
-		}
-		for _, opt := range strings.Split(g[2], ",") {
-			k, v, _ := strings.Cut(opt, "=")
-			v = unescapeMountinfo(v)
-			if (k == "upperdir" || k == "workdir") && (v == dir || strings.HasPrefix(v, dir+"/")) {
-				users = append(users, unescapeMountinfo(f[4]))
-				break
-			}
+		if up, ok := m.Super["upperdir"]; ok && mountinfo.Within(dir, up) {
+			users = append(users, m.Point)
+		} else if w, ok := m.Super["workdir"]; ok && mountinfo.Within(dir, w) {
+			users = append(users, m.Point)
 		}
 	}
 	return users
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Remove frees everything the disk holds: it unmounts the filesystem
