@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 )
 
 // copySparse copies the file src to a new file dst and keeps its holes: a
@@ -230,7 +231,7 @@ func (t *treeCopy) entry(sdir, ddir int, name, rel string) error {
 		}
 		return t.meta(int(in.Fd()), &st, ddir, name, ofd)
 	case unix.S_IFLNK:
-		target, err := readlinkFD(fd)
+		target, err := sbutil.Readlinkat(fd, "")
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
@@ -316,21 +317,6 @@ func copyXattrs(in, out int) error {
 		}
 	}
 	return nil
-}
-
-// readlinkFD reads the target of the symlink an O_PATH|O_NOFOLLOW
-// descriptor holds.
-func readlinkFD(fd int) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, "", buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 // copyRange copies n bytes at off from in to the same offset of out.

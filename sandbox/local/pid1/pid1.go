@@ -325,7 +325,7 @@ func mkdirAll(dir string, mode os.FileMode) (made bool, err error) {
 			unix.Close(fd)
 			fd = next
 		case unix.S_IFLNK:
-			target, err := readlinkFD(next)
+			target, err := sbutil.Readlinkat(next, "")
 			unix.Close(next)
 			if err != nil {
 				return fail(err)
@@ -350,21 +350,6 @@ func mkdirAll(dir string, mode os.FileMode) (made bool, err error) {
 		}
 	}
 	return made, nil
-}
-
-// readlinkFD reads the target of the symlink an O_PATH|O_NOFOLLOW
-// descriptor holds.
-func readlinkFD(fd int) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(fd, "", buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 // ownDir makes dir (the workspace or the user's home) if it is missing
