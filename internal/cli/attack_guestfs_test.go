@@ -135,13 +135,7 @@ func TestAttackGuestFS(t *testing.T) {
 	}
 	home, data := serveHome(t, "ca")
 	p := startServe(t, home, data)
-	t.Setenv("COVE_SERVER", p.url)
-	t.Setenv("COVE_API_KEY", p.admin)
-	out, errOut, err := run(t, "key", "create", "attacker", "--new-team", "attackers")
-	if err != nil {
-		t.Fatalf("key create: %v %s", err, errOut)
-	}
-	key := strings.TrimSpace(out)
+	key := tenantKey(t, p, "attackers")
 	rt, err := remote.New(remote.Config{URL: p.url, APIKey: key})
 	if err != nil {
 		t.Fatal(err)

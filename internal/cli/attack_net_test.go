@@ -63,13 +63,7 @@ func TestAttackNetAllowCLI(t *testing.T) {
 func TestAttackNetAllowServe(t *testing.T) {
 	home, data := serveHome(t, "cn")
 	p := startServe(t, home, data, "--network-allow-private", "10.1.0.0/16")
-	t.Setenv("COVE_SERVER", p.url)
-	t.Setenv("COVE_API_KEY", p.admin)
-	out, errOut, err := run(t, "key", "create", "ci", "--new-team", "tenant")
-	if err != nil {
-		t.Fatalf("key create: %v %s", err, errOut)
-	}
-	key := strings.TrimSpace(out)
+	key := tenantKey(t, p, "tenant")
 	for _, c := range []struct {
 		allow string
 		code  int

@@ -21,13 +21,7 @@ func TestAttackUserPath(t *testing.T) {
 	}
 	home, data := serveHome(t, "ca")
 	p := startServe(t, home, data)
-	t.Setenv("COVE_SERVER", p.url)
-	t.Setenv("COVE_API_KEY", p.admin)
-	out, errOut, err := run(t, "key", "create", "tenant", "--new-team", "mallory")
-	if err != nil {
-		t.Fatalf("key create: %v %s", err, errOut)
-	}
-	key := strings.TrimSpace(out)
+	key := tenantKey(t, p, "mallory")
 
 	target, err := os.MkdirTemp("/var/tmp", "cove-attack-")
 	if err != nil {
