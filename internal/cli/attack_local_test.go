@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/hex"
-	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -12,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
 // The local runtime's walls of issue 13 through the real CLI, as a user
@@ -131,54 +130,12 @@ func TestAttackLocalTwoInstalls(t *testing.T) {
 	}
 }
 
-// smallHostDir mounts a fresh ext4 filesystem of size bytes for a test's
-// COVE_HOME, unmounted at the end.
-func smallHostDir(t *testing.T, size int64) string {
-	t.Helper()
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 is missing")
-	}
-	home := cliHome(t)
-	img, mnt := filepath.Join(home, "host.img"), filepath.Join(home, "host")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(img, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(img, size); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("mounting a loop filesystem: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		// Registered after the sandboxes' removal, so it runs first:
-		// wait for the daemons' sockets to be let go.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := unix.Unmount(mnt, 0)
-			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				if err != nil {
-					unix.Unmount(mnt, unix.MNT_DETACH)
-				}
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-	return mnt
-}
-
 // TestAttackLocalDiskAdmission: on a host with 400 MiB, sandboxes'
 // disks are not promised beyond what it has (before: every create
 // succeeded, and filling one disk filled the host under the others), and
 // a full host still stops and deletes.
 func TestAttackLocalDiskAdmission(t *testing.T) {
-	home := smallHostDir(t, 400<<20)
+	home := sandboxtest.SmallFS(t, 400<<20)
 	first := newSandbox(t, home, "--disk", "160M")
 	newSandbox(t, home, "--disk", "128M")
 	_, errOut, err := coveErr(t, home, "sandbox", "create", "--disk", "160M")

@@ -5,16 +5,14 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
 // smallHostRuntime returns a runtime whose state directory is on a
@@ -24,44 +22,7 @@ import (
 func smallHostRuntime(t *testing.T, size int64) (*Runtime, string) {
 	t.Helper()
 	needRoot(t)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 is missing")
-	}
-	tmp := t.TempDir()
-	img, mnt := filepath.Join(tmp, "host.img"), filepath.Join(tmp, "host")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(img, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(img, size); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("mounting a loop filesystem: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		// A connection the runtime's client still has open to a deleted
-		// sandbox's daemon keeps the socket's path, and so this
-		// filesystem, busy until the client sees the daemon gone.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := unix.Unmount(mnt, 0)
-			if err == nil {
-				return
-			}
-			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				t.Errorf("unmounting the test's host filesystem: %v", err)
-				unix.Unmount(mnt, unix.MNT_DETACH)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
+	mnt := sandboxtest.SmallFS(t, size)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -2,12 +2,18 @@ package sandboxtest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SyncBuffer is a bytes.Buffer safe for a process's output goroutine (or
@@ -86,4 +92,56 @@ func EchoServer(port string) {
 		}
 		go func() { io.Copy(c, c); c.Close() }()
 	}
+}
+
+// SmallFS mounts a fresh ext4 filesystem of size bytes (on a loop
+// device) in a temporary directory and returns its mount point: a small
+// "host disk" a test can fill without touching the machine's. It is
+// unmounted at the end of the test, after the test's later Cleanups (a
+// runtime's deletes) ran, waiting while a daemon's socket still keeps it
+// busy. It needs root and mkfs.ext4, and skips without them.
+func SmallFS(t *testing.T, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a filesystem needs root (CI runs as root)")
+	}
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("mkfs.ext4 is missing (e2fsprogs)")
+	}
+	tmp := t.TempDir()
+	img, mnt := filepath.Join(tmp, "host.img"), filepath.Join(tmp, "host")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		t.Skipf("mounting a loop filesystem: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		// A connection a runtime's client still has open to a deleted
+		// sandbox's daemon keeps the socket's path, and so this
+		// filesystem, busy until the client sees the daemon gone.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := unix.Unmount(mnt, 0)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				t.Errorf("unmounting the test's small filesystem: %v", err)
+				unix.Unmount(mnt, unix.MNT_DETACH)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return mnt
 }
