@@ -189,6 +189,9 @@ func validHostName(s string) bool {
 // egress is the policy for connections made on a tenant's behalf.
 type egress struct {
 	allow []egressRule
+	// ownAddrs lists this host's own addresses (those of its interfaces):
+	// a public one reaches the host's own services as surely as loopback.
+	ownAddrs func() []netip.Addr
 	// lookup resolves host names (Config.LookupHost or the system's).
 	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	// client makes HTTP requests under the policy.
@@ -205,7 +208,7 @@ func newEgress(allow []string, lookup func(ctx context.Context, host string) ([]
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
-	e := &egress{allow: rules, lookup: lookup}
+	e := &egress{allow: rules, lookup: lookup, ownAddrs: hostAddrs}
 	e.client = &http.Client{
 		Transport: &http.Transport{
 			// No proxy: through one, the only connection checked would
@@ -240,6 +243,14 @@ func (e *egress) check(host string, addr netip.AddrPort) error {
 	}
 	what := addrClass(a)
 	if what == "" {
+		for _, own := range e.ownAddrs() {
+			if a == own {
+				what = "one of this server's own addresses"
+				break
+			}
+		}
+	}
+	if what == "" {
 		return nil
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
@@ -252,6 +263,21 @@ func (e *egress) check(host string, addr netip.AddrPort) error {
 		}
 	}
 	return &egressError{host: host, addr: a, what: what}
+}
+
+// hostAddrs lists the addresses of this host's interfaces.
+func hostAddrs() []netip.Addr {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ia := range ifaddrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out
 }
 
 // resolve returns the addresses of host (itself when it is one), all of

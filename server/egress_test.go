@@ -280,6 +280,15 @@ func TestEgressPolicy(t *testing.T) {
 			t.Errorf("check(%q, %s) = %v, want allowed %v", tc.host, tc.addr, err, tc.ok)
 		}
 	}
+	// A public address of this server's own is the host's own services:
+	// refused as loopback is, unless listed.
+	e.ownAddrs = func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("93.184.216.34")} }
+	if err := e.check("", netip.MustParseAddrPort("93.184.216.34:443")); err == nil || !strings.Contains(err.Error(), "own addresses") {
+		t.Errorf("check of the server's own public address: %v, want refused as its own", err)
+	}
+	if err := e.check("", netip.MustParseAddrPort("93.184.216.35:443")); err != nil {
+		t.Errorf("check of another public address: %v", err)
+	}
 	for _, bad := range []string{"10.0.0.0/33", "10.0.0.0/8:0", "not a host", "host:0", "host:99999", "http://x"} {
 		if _, err := newEgress([]string{bad}, nil); err == nil {
 			t.Errorf("allow entry %q accepted", bad)
