@@ -3,118 +3,24 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/sys/unix"
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/remote"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
-
-// Roles of this test binary inside a sandbox (caught before TestMain):
-//
-//	attack-setup     as root: /etc/cove-attack, which the user cannot read
-//	attack-flip SEC  as the user: swap /workspace/d with a symlink to it
-//	attack-snapshot  as root: every entry of /etc/cove-attack, hashed
-//	attack-vsock     try an AF_VSOCK socket, print "ok" or the errno
-const (
-	attackOutside = "/etc/cove-attack"
-	attackCanary  = "CANARY-root-only"
-)
-
-func init() {
-	if len(os.Args) < 2 || !strings.HasPrefix(os.Args[1], "attack-") {
-		return
-	}
-	if err := attackRole(os.Args[1], os.Args[2:]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-func attackRole(role string, args []string) error {
-	d, swap := "/workspace/d", "/workspace/.d-swap"
-	tree := func(dir, content string, mode fs.FileMode) error {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return err
-		}
-		for _, f := range []string{"secret.txt", "victim"} {
-			if err := os.WriteFile(filepath.Join(dir, f), []byte(content), mode); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	switch role {
-	case "attack-setup":
-		return tree(attackOutside, attackCanary, 0o600)
-	case "attack-flip":
-		if err := tree(d, "inside", 0o644); err != nil {
-			return err
-		}
-		if err := os.Symlink(attackOutside, swap); err != nil {
-			return err
-		}
-		secs, _ := strconv.Atoi(args[0])
-		n := 0
-		for end := time.Now().Add(time.Duration(secs) * time.Second); time.Now().Before(end); {
-			for range 100 {
-				if unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE) == nil {
-					n++
-				}
-			}
-		}
-		if fi, err := os.Lstat(d); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE)
-		}
-		fmt.Println(n)
-		return nil
-	case "attack-snapshot":
-		return filepath.WalkDir(attackOutside, func(p string, de fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			fi, err := de.Info()
-			if err != nil {
-				return err
-			}
-			data, _ := os.ReadFile(p)
-			fmt.Printf("%s %s %x\n", p, fi.Mode(), sha256.Sum256(data))
-			return nil
-		})
-	case "attack-vsock":
-		fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
-		var errno syscall.Errno
-		switch {
-		case err == nil:
-			unix.Close(fd)
-			fmt.Println("ok")
-		case errors.As(err, &errno):
-			fmt.Println(unix.ErrnoName(errno))
-		default:
-			return err
-		}
-		return nil
-	}
-	return fmt.Errorf("unknown role %q", role)
-}
 
 // TestAttackGuestFS attacks the sandbox daemon as a tenant of `cove
 // serve` would, through the real binary and its APIs (issue 13: point 10
@@ -146,34 +52,17 @@ func TestAttackGuestFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.WriteFile(ctx, ".attack", f, 0o755)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := func(user string, args ...string) string {
-		t.Helper()
-		var out, errOut strings.Builder
-		st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "/workspace/.attack", Args: args, User: user, Stdout: &out, Stderr: &errOut})
-		if err != nil || st.Code != 0 {
-			t.Fatalf("%v: %v, exit %+v: %s", args, err, st, errOut.String())
-		}
-		return out.String()
-	}
+	a := sandboxtest.NewAttacker(t, s)
+	role := func(user string, args ...string) string { t.Helper(); return a.Run(t, user, args...) }
 
 	t.Run("symlink swap", func(t *testing.T) {
 		role("root", "attack-setup")
 		before := role("root", "attack-snapshot")
 		var flips, flipErr strings.Builder
-		proc, err := s.Start(ctx, sandbox.ExecRequest{Cmd: "/workspace/.attack", Args: []string{"attack-flip", "8"}, Stdout: &flips, Stderr: &flipErr})
+		// The user makes the tree and the link first: the calls below must
+		// not make /workspace/d (as root) before it does.
+		a.Run(t, "", "attack-prepare")
+		proc, err := s.Start(ctx, sandbox.ExecRequest{Cmd: a.Path, Args: []string{"attack-flip", "8"}, Stdout: &flips, Stderr: &flipErr})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +80,7 @@ func TestAttackGuestFS(t *testing.T) {
 				data, _ := io.ReadAll(rc)
 				rc.Close()
 				reads++
-				if bytes.Contains(data, []byte(attackCanary)) {
+				if bytes.Contains(data, []byte(sandboxtest.AttackCanary)) {
 					escapes = append(escapes, "ReadFile returned the root-only canary")
 				}
 			}
@@ -260,8 +149,10 @@ func TestAttackGuestFS(t *testing.T) {
 
 	t.Run("vsock", func(t *testing.T) {
 		for _, user := range []string{"", "root"} {
-			if got := strings.TrimSpace(role(user, "attack-vsock")); got != "EPERM" {
-				t.Errorf("user %q: socket(AF_VSOCK): %s, want EPERM", user, got)
+			for _, got := range strings.Fields(role(user, "attack-vsock")) {
+				if got != "EPERM" {
+					t.Errorf("user %q: socket(AF_VSOCK): %s, want EPERM", user, got)
+				}
 			}
 		}
 	})

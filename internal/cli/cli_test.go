@@ -8,18 +8,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
 // The runtime re-executes this binary as `<exe> guest ...` to start a
 // sandbox's daemon; TestMain plays that role.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "guest" || os.Args[1] == "local-shim" || os.Args[1] == "local-init") {
-		if err := Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-			os.Exit(1)
+	sandboxtest.Main(m, func(args []string) (bool, error) {
+		switch args[0] {
+		case "guest", "local-shim", "local-init":
+			return true, Run(context.Background(), args, os.Stdout, os.Stderr)
 		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return false, nil
+	})
 }
 
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {

@@ -2,41 +2,14 @@ package local
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
-
-// The test binary's "probe-vsock" role, run inside a sandbox: it tries to
-// open an AF_VSOCK socket and prints "ok" or the errno's name. A role of
-// its own (caught before TestMain) keeps escape_test.go's probe as it is.
-func init() {
-	if len(os.Args) < 2 || os.Args[1] != "probe-vsock" {
-		return
-	}
-	for _, typ := range []int{unix.SOCK_STREAM, unix.SOCK_DGRAM, unix.SOCK_SEQPACKET} {
-		fd, err := unix.Socket(unix.AF_VSOCK, typ, 0)
-		if err == nil {
-			unix.Close(fd)
-			fmt.Println("ok")
-			continue
-		}
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			fmt.Println(unix.ErrnoName(errno))
-		} else {
-			fmt.Println("error:", err)
-		}
-	}
-	os.Exit(0)
-}
 
 // TestEscapeVsock: no one in a sandbox, root included, opens a vsock
 // socket, which would reach the hypervisor and the host's other guests
@@ -51,32 +24,16 @@ func TestEscapeVsock(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.WriteFile(ctx, ".vsock-probe", f, 0o755)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := sandboxtest.NewAttacker(t, s)
 	if fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0); err == nil {
 		unix.Close(fd)
 		t.Log("the host opens vsock sockets: without the filter, the sandbox could too")
 	}
 	for _, user := range []string{"", "root"} {
-		var out strings.Builder
-		st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "/workspace/.vsock-probe", Args: []string{"probe-vsock"}, User: user, Stdout: &out, Stderr: &out})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := strings.Fields(out.String())
-		if st.Code != 0 || len(got) != 3 {
-			t.Fatalf("user %q: probe printed %q (exit %+v)", user, out.String(), st)
+		out := a.Run(t, user, "attack-vsock")
+		got := strings.Fields(out)
+		if len(got) != 3 {
+			t.Fatalf("user %q: probe printed %q", user, out)
 		}
 		for i, typ := range []string{"stream", "dgram", "seqpacket"} {
 			if got[i] != "EPERM" {

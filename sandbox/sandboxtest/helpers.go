@@ -45,11 +45,21 @@ func (b *SyncBuffer) Len() int {
 // binary for a sandbox's roles: role gets os.Args[1:] and says whether it
 // was one of its roles (then the process exits with its error); the role
 // "echo-server PORT" is the TCP echo server the conformance suite's
-// Listen hook starts inside a sandbox. Anything else runs the tests.
+// Listen hook starts inside a sandbox, and the attack-* roles are the
+// escape tests' (attack.go). Anything else runs the tests.
 func Main(m *testing.M, role func(args []string) (handled bool, err error)) {
 	if len(os.Args) > 2 && os.Args[1] == "echo-server" {
 		EchoServer(os.Args[2])
 		os.Exit(0)
+	}
+	if len(os.Args) > 1 {
+		if handled, err := attackRole(os.Args[1], os.Args[2:]); handled {
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
 	}
 	if len(os.Args) > 1 && role != nil {
 		if handled, err := role(os.Args[1:]); handled {
