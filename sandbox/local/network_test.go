@@ -8,13 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
@@ -30,77 +28,8 @@ import (
 // its LAN, which sandboxes never reach).
 func fakeInternet(t *testing.T) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	host, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	// Not "cv…": that prefix is the sandboxes' own.
-	hostIf, peerIf := "tinet-h", "tinet-p"
-	if l, err := netlink.LinkByName(hostIf); err == nil {
-		netlink.LinkDel(l)
-	}
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: peerIf}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(hostIf); err == nil {
-			netlink.LinkDel(l)
-		}
-	})
-	inet, err := netns.New() // this thread is now in it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inet.Close()
-	defer netns.Set(host)
-	netns.Set(host)
-	peer, err := netlink.LinkByName(peerIf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetNsFd(peer, int(inet)); err != nil {
-		t.Fatal(err)
-	}
-	hl, _ := netlink.LinkByName(hostIf)
-	addr, _ := netlink.ParseAddr("10.99.0.1/24")
-	if err := netlink.AddrAdd(hl, addr); err != nil {
-		t.Fatal(err)
-	}
-	netlink.LinkSetUp(hl)
-	_, inetNet, _ := net.ParseCIDR("203.0.113.0/24")
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: inetNet, Gw: net.ParseIP("10.99.0.10")}); err != nil {
-		t.Fatal(err)
-	}
-
-	netns.Set(inet)
-	pl, err := netlink.LinkByName(peerIf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []string{"203.0.113.10/24", "10.99.0.10/24"} {
-		addr, _ := netlink.ParseAddr(a)
-		if err := netlink.AddrAdd(pl, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	netlink.LinkSetUp(pl)
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		netlink.LinkSetUp(lo)
-	}
-	// Sockets keep the namespace they were made in.
-	for _, addr := range []string{"203.0.113.10:8080", "203.0.113.10:8081", "10.99.0.10:8080"} {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "hello from %s\n", addr)
-		}))
-	}
+	outside(t, "10.99.0.1/24", []string{"10.99.0.10/24", "203.0.113.10/24"}, []string{"203.0.113.0/24"},
+		[]string{"203.0.113.10:8080", "203.0.113.10:8081", "10.99.0.10:8080"})
 }
 
 // fetch runs a plain HTTP GET inside the sandbox with bash's /dev/tcp.
