@@ -256,7 +256,7 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
 	// A finite default: one sandbox must not be able to take every pid of
 	// the host (or of the server's host) with a fork bomb.
-	pids := fs.Int("pids", 1024, "maximum processes and threads of the sandbox's commands (at least 16; 0: the runtime's default; -1: no limit, where the runtime allows it)")
+	pids := fs.Int("pids", 0, "maximum processes and threads of the sandbox's commands: at least 16; 0 (the default) takes the runtime's (1024 here, the size's on a server); -1: no limit, where the runtime allows it")
 	man := fs.String("manifest", "", "workspace manifest (JSON, OpenAI Agents SDK format) to apply")
 	var envs, allow multiFlag
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")
