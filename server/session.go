@@ -92,12 +92,7 @@ func (s *Server) sessionRoutes() {
 
 // createSession signs the UI in: it checks the key and sets the cookie.
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
-	if msg := s.sameOrigin(r); msg != "" {
-		writeError(w, r, http.StatusForbidden, api.CodeForbidden, msg)
-		return
-	}
-	if r.Header.Get(csrfHeader) == "" {
-		writeError(w, r, http.StatusForbidden, api.CodeForbidden, "signing in takes the "+csrfHeader+" header (the web UI sends it); scripts send their key in Authorization instead")
+	if !s.fromUI(w, r, "signing in takes the "+csrfHeader+" header (the web UI sends it); scripts send their key in Authorization instead") {
 		return
 	}
 	var req signIn
@@ -142,18 +137,29 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 // out. The sealed value stays valid until it expires: revoking the key
 // ends every session of it.
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if msg := s.sameOrigin(r); msg != "" {
-		writeError(w, r, http.StatusForbidden, api.CodeForbidden, msg)
-		return
-	}
-	if r.Header.Get(csrfHeader) == "" {
-		writeError(w, r, http.StatusForbidden, api.CodeForbidden, "signing out takes the "+csrfHeader+" header (the web UI sends it)")
+	if !s.fromUI(w, r, "signing out takes the "+csrfHeader+" header (the web UI sends it)") {
 		return
 	}
 	ck := s.sessionCookieFor(r, "")
 	ck.MaxAge = -1
 	http.SetCookie(w, ck)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// fromUI answers 403 unless r comes from the UI's own page: the same
+// origin, and the CSRF header, whose absence is answered with noHeader.
+// A sign-in or sign-out needs no session yet, but no other page may
+// make one.
+func (s *Server) fromUI(w http.ResponseWriter, r *http.Request, noHeader string) bool {
+	msg := s.sameOrigin(r)
+	if msg == "" && r.Header.Get(csrfHeader) == "" {
+		msg = noHeader
+	}
+	if msg != "" {
+		writeError(w, r, http.StatusForbidden, api.CodeForbidden, msg)
+		return false
+	}
+	return true
 }
 
 func (s *Server) sessionCookieFor(r *http.Request, value string) *http.Cookie {
