@@ -12,7 +12,7 @@ import (
 
 	"github.com/cove-sandbox/cove/sandbox"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // BenchmarkExecAPI times an exec round trip (`true`) through the API on

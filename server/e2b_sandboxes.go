@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
 )
 

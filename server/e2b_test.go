@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox/local"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // e2bKey makes a team and an e2b_ key for it.

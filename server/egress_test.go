@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // secretServer is a service on the server's own loopback, as an admin

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // The sandbox daemon's own API through the server. Everything a Cove

@@ -23,7 +23,7 @@ import (
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // ioRoutes: what runs and moves inside a sandbox: exec streams, background

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // The lifecycle loop ticks fast in tests; the policies run on a fake

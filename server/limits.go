@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // Limits bound what a client, authenticated or not, can hold of the

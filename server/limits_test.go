@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // hostLeaks are what a message a tenant sees must never hold: host

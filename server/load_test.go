@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // TestConcurrentClients: many clients creating, running a command in and

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // sampleLine is one sample of the text format: a name, labels with

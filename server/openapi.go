@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // routeDoc documents one route for the OpenAPI document. The table below

@@ -21,7 +21,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // echoApp is an HTTP server for inside a sandbox: it answers with what

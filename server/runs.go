@@ -20,7 +20,7 @@ import (
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
 )
 

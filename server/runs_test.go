@@ -18,7 +18,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // sseEvent is one event of a run's log as a client reads it.

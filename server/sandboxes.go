@@ -18,7 +18,7 @@ import (
 
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 func TestSandboxLifecycleAPI(t *testing.T) {

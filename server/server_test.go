@@ -18,7 +18,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 

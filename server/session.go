@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // The web UI's sign-in. The UI posts the API key once to POST

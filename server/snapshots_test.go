@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 func TestSnapshots(t *testing.T) {

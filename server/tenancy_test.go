@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // TestTenancyEveryRoute tries every documented route with one team's key

@@ -22,7 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // The web UI's tests drive Debian's chromium, headless, through the

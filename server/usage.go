@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // Webhooks tell a run's caller (a no-code tool, a CI job) that it

@@ -132,7 +132,7 @@ type Usage struct {
 	BytesOut      int64     `json:"bytes_out"`
 }
 
-// Run is an agent run the server holds (its API form is server/api.Run).
+// Run is an agent run the server holds (its API form is api.Run).
 type Run struct {
 	ID        string `json:"id"`
 	TeamID    string `json:"team_id"`

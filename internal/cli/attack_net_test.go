@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // A tenant's network allow list, attacked through the real binary: cloud

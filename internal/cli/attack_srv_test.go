@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/creack/pty"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/remote"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/template"
 )
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/server"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 

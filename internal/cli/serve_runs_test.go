@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // TestServeRunSurvivesSIGKILL: cove serve killed with SIGKILL while an

@@ -29,7 +29,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 )
 
 // serveProc is `cove serve` running as its own process.

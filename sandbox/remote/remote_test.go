@@ -24,7 +24,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/remote"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 	"github.com/cove-sandbox/cove/server"
-	"github.com/cove-sandbox/cove/server/api"
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
