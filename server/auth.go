@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 

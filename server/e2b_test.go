@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox/local"
 )
 
 // e2bKey makes a team and an e2b_ key for it.

@@ -11,9 +11,9 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/api"
 )
 
 // The sandbox daemon's own API through the server. Everything a Cove

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
-	"github.com/cove-sandbox/cove/api"
 )
 
 // TestGuestProxyAccess: the daemon's API answers only the sandbox's own

@@ -21,9 +21,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
-	"github.com/cove-sandbox/cove/api"
 )
 
 // ioRoutes: what runs and moves inside a sandbox: exec streams, background

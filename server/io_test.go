@@ -21,8 +21,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
 // stream is an open NDJSON response of exec or attach.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // The lifecycle loop ticks fast in tests; the policies run on a fake

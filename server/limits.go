@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // Limits bound what a client, authenticated or not, can hold of the

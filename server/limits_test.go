@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // hostLeaks are what a message a tenant sees must never hold: host

@@ -19,8 +19,8 @@ import (
 	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -590,7 +590,7 @@ func (s *Server) runModel(ctx context.Context, team string, ag api.RunAgent) (ag
 	model, apiKind := ag.Model, ag.API
 	// The operator's endpoint is trusted; one a run names is reached
 	// only under the outbound policy.
-	client, trusted := s.egress.client, base == own
+	client, trusted := s.egress.Client(), base == own
 	if trusted {
 		client = s.cfg.Model.HTTPClient
 		if key == "" {
@@ -692,13 +692,13 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	ctx := context.WithoutCancel(r.Context()) // a client leaving must not leave a half-made run
 	if req.WebhookURL != "" {
-		if err := s.egress.checkURL(ctx, "webhook_url", req.WebhookURL); err != nil {
+		if err := s.egress.CheckURL(ctx, "webhook_url", req.WebhookURL); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
 	if base := strings.TrimRight(req.Agent.BaseURL, "/"); base != "" && base != s.ownModelURL() {
-		if err := s.egress.checkURL(ctx, "agent.base_url", base); err != nil {
+		if err := s.egress.CheckURL(ctx, "agent.base_url", base); err != nil {
 			s.fail(w, r, err)
 			return
 		}

@@ -16,9 +16,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -354,7 +354,7 @@ func (s *Server) applyManifest(ctx context.Context, id string, sess sandbox.Sess
 		// git_repo entries: https only, to addresses the outbound
 		// policy allows, never the server's own disk (egress.go).
 		err = manifest.Apply(ctx, m, sess, manifest.ApplyOptions{BaseDir: s.emptyDir(), Git: manifest.GitPolicy{
-			Schemes: []string{"https"}, CheckAddr: s.egress.check, Resolve: s.egress.lookup,
+			Schemes: []string{"https"}, CheckAddr: s.egress.Check, Resolve: s.egress.Lookup,
 		}})
 	}
 	if err != nil {

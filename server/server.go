@@ -23,8 +23,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -137,7 +138,7 @@ type Server struct {
 	// runs are the agent runs in memory (runs.go).
 	runs *runHub
 	// egress vets connections made for tenants (egress.go).
-	egress *egress
+	egress *egress.Policy
 	// secretOnce loads the key that seals team secrets (secrets.go).
 	secretOnce sync.Once
 	sealer     cipher.AEAD
@@ -182,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: the largest pids limit %d is below the smallest a sandbox can run with, %d: %w", cfg.MaxPids, api.MinPids, sandbox.ErrInvalid)
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
-	out, err := newEgress(cfg.OutboundAllow, cfg.LookupHost)
+	out, err := egress.New(cfg.OutboundAllow, cfg.LookupHost)
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // The web UI's sign-in. The UI posts the API key once to POST

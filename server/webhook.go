@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/egress"
 )
 
 // Webhooks tell a run's caller (a no-code tool, a CI job) that it
@@ -94,13 +95,13 @@ func (s *Server) notifyWebhook(lr *liveRun) {
 // nothing the receiver answers goes back to the tenant: only the
 // server's log hears how a delivery failed.
 func (s *Server) deliver(ctx context.Context, runID string, cfg runConfig, body []byte) {
-	client := s.egress.client
+	client := s.egress.Client()
 	for attempt := 0; ; attempt++ {
 		err := s.post(ctx, client, cfg, body)
 		if err == nil {
 			return
 		}
-		if errors.Is(err, errEgressRefused) {
+		if errors.Is(err, egress.ErrRefused) {
 			s.log.Warn("webhook refused by the outbound policy", "run", runID, "url", cfg.WebhookURL, "err", err)
 			return
 		}
