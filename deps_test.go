@@ -50,6 +50,9 @@ func TestDependencyDirection(t *testing.T) {
 	wiring := func(p string) bool {
 		return p == "" || strings.HasPrefix(p, "cmd/") || strings.HasPrefix(p, "examples/") || strings.HasPrefix(p, "internal/cli") || strings.HasPrefix(p, "internal/app")
 	}
+	// A test helper (sandboxtest and below, hostproctest) may make a real
+	// runtime for tests; only tests may import it.
+	testHelper := func(p string) bool { return strings.Contains(p+"/", "test/") }
 	for pkg, imps := range imports {
 		for _, imp := range imps {
 			local, ours := strings.CutPrefix(imp, module+"/")
@@ -58,8 +61,10 @@ func TestDependencyDirection(t *testing.T) {
 				t.Errorf("sandbox (the contract) imports %s; it may import only the standard library", imp)
 			case pkg == "sandbox" && ours:
 				t.Errorf("sandbox (the contract) imports %s", imp)
-			case ours && isRuntime(local) && !wiring(pkg):
+			case ours && isRuntime(local) && !wiring(pkg) && !testHelper(pkg):
 				t.Errorf("%s imports the runtime %s; only the wiring (cmd, internal/cli, internal/app) may", pkg, local)
+			case ours && testHelper(local) && !testHelper(pkg):
+				t.Errorf("%s imports the test helper %s; only tests may", pkg, local)
 			case ours && strings.HasPrefix(local, "internal/") && !wiring(pkg):
 				t.Errorf("%s imports %s; internal packages are the wiring's", pkg, local)
 			case (strings.HasPrefix(pkg, "sandbox") || pkg == "guest" || pkg == "manifest") && ours && strings.HasPrefix(local, "agent"):
