@@ -1,5 +1,8 @@
-// This file is the conformance suite; fake.go holds the package doc.
-
+// Package sandboxtest helps test code that implements sandbox.Runtime.
+// Run is the conformance suite every runtime passes (local, hostproc,
+// remote, and the in-memory fake in sandboxtest/fake). The rest serves
+// the runtimes' tests: Main for test binaries that double as a sandbox's
+// daemon, SyncBuffer, SmallFS, and the escape tests' roles.
 package sandboxtest
 
 import (

@@ -17,14 +17,14 @@ import (
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // newFakeTools returns tools over a fresh fake sandbox, closed at the end
 // of the test.
 func newFakeTools(t *testing.T, opts sandboxtool.Options) (*sandboxtool.Tools, sandbox.Session) {
 	t.Helper()
-	sess, err := sandboxtest.NewFake().Create(t.Context(), sandbox.Spec{})
+	sess, err := fake.New().Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestMaxProcesses(t *testing.T) {
 // TestClose: Close kills what still runs, and the tools refuse work after.
 func TestClose(t *testing.T) {
 	t.Parallel()
-	sess, err := sandboxtest.NewFake().Create(t.Context(), sandbox.Spec{})
+	sess, err := fake.New().Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}

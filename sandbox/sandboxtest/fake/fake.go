@@ -1,7 +1,5 @@
-// Package sandboxtest helps test code that implements or uses
-// sandbox.Runtime: Run is the conformance suite every runtime passes, and
-// NewFake returns an in-memory Runtime for tests of the harness, the
-// server and the tools, without a kernel, a daemon or root.
+// Package fake is an in-memory sandbox.Runtime for tests of the harness,
+// the server and the tools, without a kernel, a daemon or root.
 //
 // The fake keeps each sandbox's workspace as a map of paths to nodes in
 // memory and follows the contract in package sandbox: its errors, path
@@ -18,7 +16,7 @@
 // <, >&2 and 2>&1. Any other program is ErrNotFound, as a missing program
 // is on a real runtime. Tests that need real programs belong with a real
 // runtime.
-package sandboxtest
+package fake
 
 import (
 	"archive/tar"
@@ -42,14 +40,14 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
 
-// Defaults of the fake, used when a Spec or FakeRuntime field is zero.
+// Defaults of the fake, used when a Spec or Runtime field is zero.
 const (
-	// DefaultFakeDiskBytes caps a fake sandbox's file bytes when its spec
+	// DefaultDiskBytes caps a fake sandbox's file bytes when its spec
 	// sets no Limits.DiskBytes; the fake's disk is memory.
-	DefaultFakeDiskBytes = 256 << 20
-	// DefaultFakeOutputBuffer is how much output a process keeps while no
+	DefaultDiskBytes = 256 << 20
+	// DefaultOutputBuffer is how much output a process keeps while no
 	// reader is attached; older output is dropped first.
-	DefaultFakeOutputBuffer = 1 << 20
+	DefaultOutputBuffer = 1 << 20
 
 	maxSymlinks   = 40      // as Linux's ELOOP limit
 	maxEnded      = 64      // ended processes kept for Attach
@@ -57,22 +55,22 @@ const (
 )
 
 var (
-	_ sandbox.Runtime = (*FakeRuntime)(nil)
-	_ sandbox.Session = (*FakeSession)(nil)
+	_ sandbox.Runtime = (*Runtime)(nil)
+	_ sandbox.Session = (*Session)(nil)
 	_ sandbox.Process = (*fakeHandle)(nil)
 )
 
-// FakeRuntime is an in-memory sandbox.Runtime for tests. Set its exported
+// Runtime is an in-memory sandbox.Runtime for tests. Set its exported
 // fields before the first call; they are not guarded.
-type FakeRuntime struct {
+type Runtime struct {
 	// Templates lists the template names Create accepts besides ""; any
-	// other is ErrNotFound. NewFake sets "default" and "host".
+	// other is ErrNotFound. New sets "default" and "host".
 	Templates []string
 	// MaxSandboxes caps how many sandboxes exist at once (running or
 	// stopped); Create beyond it is ErrLimit. 0 means no cap.
 	MaxSandboxes int
 	// OutputBuffer is how many bytes of a process's output are kept while
-	// no reader is attached; 0 means DefaultFakeOutputBuffer.
+	// no reader is attached; 0 means DefaultOutputBuffer.
 	OutputBuffer int
 	// Now returns the time for file times and CreatedAt; nil means
 	// time.Now.
@@ -80,19 +78,19 @@ type FakeRuntime struct {
 
 	mu        sync.Mutex // guards the fields below
 	seq       int
-	sandboxes map[string]*FakeSession
-	order     []*FakeSession // creation order
+	sandboxes map[string]*Session
+	order     []*Session // creation order
 }
 
-// NewFake returns an empty FakeRuntime.
-func NewFake() *FakeRuntime {
-	return &FakeRuntime{
+// New returns an empty Runtime.
+func New() *Runtime {
+	return &Runtime{
 		Templates: []string{"default", "host"},
-		sandboxes: make(map[string]*FakeSession),
+		sandboxes: make(map[string]*Session),
 	}
 }
 
-func (r *FakeRuntime) now() time.Time {
+func (r *Runtime) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
 	}
@@ -100,7 +98,7 @@ func (r *FakeRuntime) now() time.Time {
 }
 
 // Create makes and starts a sandbox with an empty workspace.
-func (r *FakeRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -114,7 +112,7 @@ func (r *FakeRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Se
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sandboxes == nil {
-		r.sandboxes = make(map[string]*FakeSession)
+		r.sandboxes = make(map[string]*Session)
 	}
 	if r.MaxSandboxes > 0 && len(r.sandboxes) >= r.MaxSandboxes {
 		return nil, fmt.Errorf("creating sandbox: %d sandboxes exist, the fake's cap: %w", len(r.sandboxes), sandbox.ErrLimit)
@@ -123,7 +121,7 @@ func (r *FakeRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Se
 	now := r.now()
 	spec = copySpec(spec)
 	spec.Root = root // Info reports the root in effect
-	s := &FakeSession{
+	s := &Session{
 		rt:        r,
 		id:        fmt.Sprintf("fake-%d", r.seq),
 		root:      root,
@@ -189,7 +187,7 @@ func copySpec(s sandbox.Spec) sandbox.Spec {
 	return s
 }
 
-func (r *FakeRuntime) lookup(id string) (*FakeSession, error) {
+func (r *Runtime) lookup(id string) (*Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.sandboxes[id]
@@ -200,7 +198,7 @@ func (r *FakeRuntime) lookup(id string) (*FakeSession, error) {
 }
 
 // Get returns the sandbox's session, running or stopped.
-func (r *FakeRuntime) Get(ctx context.Context, id string) (sandbox.Session, error) {
+func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -212,7 +210,7 @@ func (r *FakeRuntime) Get(ctx context.Context, id string) (sandbox.Session, erro
 }
 
 // List returns every sandbox in creation order.
-func (r *FakeRuntime) List(ctx context.Context) ([]sandbox.Info, error) {
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -231,7 +229,7 @@ func (r *FakeRuntime) List(ctx context.Context) ([]sandbox.Info, error) {
 }
 
 // Stop kills the sandbox's processes and keeps its files.
-func (r *FakeRuntime) Stop(ctx context.Context, id string) error {
+func (r *Runtime) Stop(ctx context.Context, id string) error {
 	s, err := r.lookup(id)
 	if err != nil {
 		return fmt.Errorf("stopping sandbox: %w", err)
@@ -243,7 +241,7 @@ func (r *FakeRuntime) Stop(ctx context.Context, id string) error {
 }
 
 // Resume starts a stopped sandbox again with its files as they were.
-func (r *FakeRuntime) Resume(ctx context.Context, id string) (sandbox.Session, error) {
+func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -264,12 +262,12 @@ func (r *FakeRuntime) Resume(ctx context.Context, id string) (sandbox.Session, e
 }
 
 // Delete stops the sandbox and forgets it and its files.
-func (r *FakeRuntime) Delete(ctx context.Context, id string) error {
+func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.mu.Lock()
 	s, ok := r.sandboxes[id]
 	if ok {
 		delete(r.sandboxes, id)
-		r.order = slices.DeleteFunc(r.order, func(x *FakeSession) bool { return x == s })
+		r.order = slices.DeleteFunc(r.order, func(x *Session) bool { return x == s })
 	}
 	r.mu.Unlock()
 	if !ok {
@@ -286,11 +284,11 @@ func (r *FakeRuntime) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// FakeSession is one fake sandbox; Create, Get and Resume return the same
-// *FakeSession for a sandbox, so a test may type-assert a sandbox.Session
+// Session is one fake sandbox; Create, Get and Resume return the same
+// *Session for a sandbox, so a test may type-assert a sandbox.Session
 // to reach Listen.
-type FakeSession struct {
-	rt      *FakeRuntime
+type Session struct {
+	rt      *Runtime
 	id      string
 	root    string // clean absolute workspace root
 	spec    sandbox.Spec
@@ -318,7 +316,7 @@ type node struct {
 }
 
 // startTTL arms the spec's TTL; s.mu is held or s is not yet shared.
-func (s *FakeSession) startTTL() {
+func (s *Session) startTTL() {
 	if s.spec.TTL > 0 {
 		s.ttl = time.AfterFunc(s.spec.TTL, func() { s.stop(context.Background()) })
 	}
@@ -326,7 +324,7 @@ func (s *FakeSession) startTTL() {
 
 // stop ends every process and closes every listener, keeping the files,
 // and waits (bounded by ctx) for the processes to end.
-func (s *FakeSession) stop(ctx context.Context) error {
+func (s *Session) stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.state == sandbox.StateStopped || s.deleted {
 		s.mu.Unlock()
@@ -361,7 +359,7 @@ func (s *FakeSession) stop(ctx context.Context) error {
 }
 
 // live says why the sandbox cannot be used now, or nil; s.mu is held.
-func (s *FakeSession) live() error {
+func (s *Session) live() error {
 	switch {
 	case s.deleted:
 		return fmt.Errorf("sandbox %q: %w", s.id, sandbox.ErrNotFound)
@@ -373,7 +371,7 @@ func (s *FakeSession) live() error {
 
 // lock locks s for an operation that needs a running sandbox; on error s
 // is left unlocked.
-func (s *FakeSession) lock(ctx context.Context) error {
+func (s *Session) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -386,11 +384,11 @@ func (s *FakeSession) lock(ctx context.Context) error {
 }
 
 // ID returns the sandbox id.
-func (s *FakeSession) ID() string { return s.id }
+func (s *Session) ID() string { return s.id }
 
 // Info describes the sandbox. Unlike the other calls it works on a
 // stopped sandbox, so callers can see that it is stopped.
-func (s *FakeSession) Info(ctx context.Context) (sandbox.Info, error) {
+func (s *Session) Info(ctx context.Context) (sandbox.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return sandbox.Info{}, err
 	}
@@ -402,7 +400,7 @@ func (s *FakeSession) Info(ctx context.Context) (sandbox.Info, error) {
 	return s.infoLocked(), nil
 }
 
-func (s *FakeSession) infoLocked() sandbox.Info {
+func (s *Session) infoLocked() sandbox.Info {
 	return sandbox.Info{ID: s.id, State: s.state, Spec: copySpec(s.spec), CreatedAt: s.created}
 }
 
@@ -413,7 +411,7 @@ func (s *FakeSession) infoLocked() sandbox.Info {
 // set. A symlink leading out of the workspace, even for a moment, is
 // ErrInvalid. Missing entries are fine: the path they would have is
 // returned. s.mu is held.
-func (s *FakeSession) resolve(p string, follow bool) (string, error) {
+func (s *Session) resolve(p string, follow bool) (string, error) {
 	abs, err := sandbox.ResolvePath(s.root, p)
 	if err != nil {
 		return "", err
@@ -464,7 +462,7 @@ func (s *FakeSession) resolve(p string, follow bool) (string, error) {
 
 // below splits a clean absolute path within root into its components
 // below root.
-func (s *FakeSession) below(abs string) []string {
+func (s *Session) below(abs string) []string {
 	rel := strings.TrimPrefix(strings.TrimPrefix(abs, s.root), "/")
 	if rel == "" {
 		return nil
@@ -474,7 +472,7 @@ func (s *FakeSession) below(abs string) []string {
 
 // underRoot returns the components below root of an absolute symlink
 // target whose first components name root itself; ok is false otherwise.
-func (s *FakeSession) underRoot(target string) ([]string, bool) {
+func (s *Session) underRoot(target string) ([]string, bool) {
 	var comps []string
 	for _, c := range strings.Split(target, "/") {
 		if c != "" && c != "." {
@@ -493,12 +491,12 @@ func (s *FakeSession) underRoot(target string) ([]string, bool) {
 	return comps, true
 }
 
-func (s *FakeSession) join(comps []string) string {
+func (s *Session) join(comps []string) string {
 	return path.Join(append([]string{s.root}, comps...)...)
 }
 
 // rel returns p (clean, within root) relative to root, "." for root.
-func (s *FakeSession) rel(p string) string {
+func (s *Session) rel(p string) string {
 	if p == s.root {
 		return "."
 	}
@@ -507,7 +505,7 @@ func (s *FakeSession) rel(p string) string {
 
 // mkdirAll makes p (a resolved path) and its missing parents directories;
 // a file in the way is ErrExist. s.mu is held.
-func (s *FakeSession) mkdirAll(p string) error {
+func (s *Session) mkdirAll(p string) error {
 	cur := s.root
 	for _, c := range s.below(p) {
 		cur = path.Join(cur, c)
@@ -523,7 +521,7 @@ func (s *FakeSession) mkdirAll(p string) error {
 }
 
 // usage is the bytes the workspace's files hold; s.mu is held.
-func (s *FakeSession) usage() int64 {
+func (s *Session) usage() int64 {
 	var n int64
 	for _, f := range s.files {
 		n += int64(len(f.data))
@@ -531,15 +529,15 @@ func (s *FakeSession) usage() int64 {
 	return n
 }
 
-func (s *FakeSession) diskLimit() int64 {
+func (s *Session) diskLimit() int64 {
 	if s.spec.Limits.DiskBytes > 0 {
 		return s.spec.Limits.DiskBytes
 	}
-	return DefaultFakeDiskBytes
+	return DefaultDiskBytes
 }
 
 // checkGrow says whether the disk can take grow more bytes; s.mu is held.
-func (s *FakeSession) checkGrow(grow int64) error {
+func (s *Session) checkGrow(grow int64) error {
 	if grow > 0 && s.usage()+grow > s.diskLimit() {
 		return fmt.Errorf("no space left on the sandbox's %d-byte disk: %w", s.diskLimit(), sandbox.ErrLimit)
 	}
@@ -547,7 +545,7 @@ func (s *FakeSession) checkGrow(grow int64) error {
 }
 
 // ReadFile returns the file's content as it is now.
-func (s *FakeSession) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
+func (s *Session) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, fmt.Errorf("reading %q: %w", p, err)
 	}
@@ -559,7 +557,7 @@ func (s *FakeSession) ReadFile(ctx context.Context, p string) (io.ReadCloser, er
 	return io.NopCloser(bytes.NewReader(data)), nil
 }
 
-func (s *FakeSession) readLocked(p string) ([]byte, error) {
+func (s *Session) readLocked(p string) ([]byte, error) {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return nil, err
@@ -577,7 +575,7 @@ func (s *FakeSession) readLocked(p string) ([]byte, error) {
 // WriteFile creates or replaces a file, creating its parents. A final
 // symlink is followed, as open(2) does. The file gets perm's permission
 // bits (0 means 0644), also when it existed before.
-func (s *FakeSession) WriteFile(ctx context.Context, p string, r io.Reader, perm uint32) error {
+func (s *Session) WriteFile(ctx context.Context, p string, r io.Reader, perm uint32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -596,7 +594,7 @@ func (s *FakeSession) WriteFile(ctx context.Context, p string, r io.Reader, perm
 	return nil
 }
 
-func (s *FakeSession) writeLocked(p string, data []byte, perm uint32) error {
+func (s *Session) writeLocked(p string, data []byte, perm uint32) error {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return err
@@ -628,7 +626,7 @@ func (s *FakeSession) writeLocked(p string, data []byte, perm uint32) error {
 
 // Stat describes one entry without following a final symlink. Path is
 // the absolute form of the path asked about.
-func (s *FakeSession) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
+func (s *Session) Stat(ctx context.Context, p string) (sandbox.FileInfo, error) {
 	if err := s.lock(ctx); err != nil {
 		return sandbox.FileInfo{}, fmt.Errorf("stat %q: %w", p, err)
 	}
@@ -667,7 +665,7 @@ func fileInfo(abs string, n *node) sandbox.FileInfo {
 // followed) in walk order: each directory before its contents, siblings
 // sorted by name. Symlinked directories inside are listed, not entered.
 // A path that is not a directory is ErrInvalid.
-func (s *FakeSession) List(ctx context.Context, p string, depth int) ([]sandbox.FileInfo, error) {
+func (s *Session) List(ctx context.Context, p string, depth int) ([]sandbox.FileInfo, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, fmt.Errorf("listing %q: %w", p, err)
 	}
@@ -703,7 +701,7 @@ func (s *FakeSession) List(ctx context.Context, p string, depth int) ([]sandbox.
 
 // walk returns the paths below dir (resolved, a directory) in walk order;
 // s.mu is held.
-func (s *FakeSession) walk(dir string) []string {
+func (s *Session) walk(dir string) []string {
 	prefix := dir + "/"
 	if dir == "/" {
 		prefix = "/"
@@ -724,7 +722,7 @@ func (s *FakeSession) walk(dir string) []string {
 
 // Mkdir creates a directory and its parents; an existing directory (or a
 // symlink to one) is fine, anything else in the way is ErrExist.
-func (s *FakeSession) Mkdir(ctx context.Context, p string) error {
+func (s *Session) Mkdir(ctx context.Context, p string) error {
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("making directory %q: %w", p, err)
 	}
@@ -735,7 +733,7 @@ func (s *FakeSession) Mkdir(ctx context.Context, p string) error {
 	return nil
 }
 
-func (s *FakeSession) mkdirLocked(p string) error {
+func (s *Session) mkdirLocked(p string) error {
 	r, err := s.resolve(p, true)
 	if err != nil {
 		return err
@@ -750,7 +748,7 @@ func (s *FakeSession) mkdirLocked(p string) error {
 }
 
 // Remove deletes a file, a symlink (not its target) or a directory tree.
-func (s *FakeSession) Remove(ctx context.Context, p string) error {
+func (s *Session) Remove(ctx context.Context, p string) error {
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("removing %q: %w", p, err)
 	}
@@ -761,7 +759,7 @@ func (s *FakeSession) Remove(ctx context.Context, p string) error {
 	return nil
 }
 
-func (s *FakeSession) removeLocked(p string) error {
+func (s *Session) removeLocked(p string) error {
 	r, err := s.resolve(p, false)
 	if err != nil {
 		return err
@@ -782,7 +780,7 @@ func (s *FakeSession) removeLocked(p string) error {
 // Move renames src to dst, creating dst's parents. A symlink is moved,
 // not its target. An existing dst is ErrExist; moving a directory into
 // itself or the root is ErrInvalid.
-func (s *FakeSession) Move(ctx context.Context, src, dst string) error {
+func (s *Session) Move(ctx context.Context, src, dst string) error {
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("moving %q to %q: %w", src, dst, err)
 	}
@@ -793,7 +791,7 @@ func (s *FakeSession) Move(ctx context.Context, src, dst string) error {
 	return nil
 }
 
-func (s *FakeSession) moveLocked(src, dst string) error {
+func (s *Session) moveLocked(src, dst string) error {
 	rs, err := s.resolve(src, false)
 	if err != nil {
 		return err
@@ -827,7 +825,7 @@ func (s *FakeSession) moveLocked(src, dst string) error {
 // SnapshotWorkspace writes the workspace as a tar stream: members
 // relative to the root in walk order, directories with a trailing "/",
 // times truncated to the second.
-func (s *FakeSession) SnapshotWorkspace(ctx context.Context, w io.Writer) error {
+func (s *Session) SnapshotWorkspace(ctx context.Context, w io.Writer) error {
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("snapshotting workspace: %w", err)
 	}
@@ -877,7 +875,7 @@ func (s *FakeSession) SnapshotWorkspace(ctx context.Context, w io.Writer) error 
 // entry, modes are masked to 0777 and hard links (to earlier members of
 // the stream only) become copies. Entries the stream does not name are
 // kept.
-func (s *FakeSession) RestoreWorkspace(ctx context.Context, r io.Reader) error {
+func (s *Session) RestoreWorkspace(ctx context.Context, r io.Reader) error {
 	if err := s.lock(ctx); err != nil {
 		return fmt.Errorf("restoring workspace: %w", err)
 	}
@@ -924,7 +922,7 @@ func isRegular(hdr *tar.Header) bool {
 	return false
 }
 
-func (s *FakeSession) restoreMember(ctx context.Context, hdr *tar.Header, name string, data []byte, written map[string]bool) error {
+func (s *Session) restoreMember(ctx context.Context, hdr *tar.Header, name string, data []byte, written map[string]bool) error {
 	if name == "." {
 		return nil
 	}
@@ -1005,9 +1003,9 @@ func (s *FakeSession) restoreMember(ctx context.Context, hdr *tar.Header, name s
 // in-memory pipe. It panics if port is out of range or already listened
 // on (a bug in the test). On a stopped or deleted sandbox the listener is
 // returned closed. Stop closes every listener.
-func (s *FakeSession) Listen(port int) net.Listener {
+func (s *Session) Listen(port int) net.Listener {
 	if port < 1 || port > 65535 {
-		panic(fmt.Sprintf("sandboxtest: Listen(%d): port out of range", port))
+		panic(fmt.Sprintf("fake: Listen(%d): port out of range", port))
 	}
 	l := &pipeListener{s: s, port: port, conns: make(chan net.Conn, 64), done: make(chan struct{})}
 	s.mu.Lock()
@@ -1017,14 +1015,14 @@ func (s *FakeSession) Listen(port int) net.Listener {
 		return l
 	}
 	if _, ok := s.listeners[port]; ok {
-		panic(fmt.Sprintf("sandboxtest: Listen(%d): port already in use in sandbox %s", port, s.id))
+		panic(fmt.Sprintf("fake: Listen(%d): port already in use in sandbox %s", port, s.id))
 	}
 	s.listeners[port] = l
 	return l
 }
 
 // DialPort connects to a listener made by Listen.
-func (s *FakeSession) DialPort(ctx context.Context, port int) (net.Conn, error) {
+func (s *Session) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("dialing port %d: port out of range: %w", port, sandbox.ErrInvalid)
 	}
@@ -1041,7 +1039,7 @@ func (s *FakeSession) DialPort(ctx context.Context, port int) (net.Conn, error) 
 
 // pipeListener is an in-memory net.Listener for one port.
 type pipeListener struct {
-	s     *FakeSession
+	s     *Session
 	port  int
 	conns chan net.Conn // server ends waiting for Accept
 	done  chan struct{} // closed by shutdown
@@ -1114,7 +1112,7 @@ func (l *pipeListener) Addr() net.Addr {
 
 // fakeProcess is one run of a built-in command.
 type fakeProcess struct {
-	s     *FakeSession
+	s     *Session
 	pid   int
 	tag   string
 	info  sandbox.ProcessInfo
@@ -1157,7 +1155,7 @@ func (p *fakeProcess) ended() bool {
 }
 
 // Exec runs a built-in command to completion.
-func (s *FakeSession) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+func (s *Session) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
 	p, _, err := s.start(ctx, req)
 	if err != nil {
 		return sandbox.ExitStatus{}, fmt.Errorf("running %q: %w", req.Cmd, err)
@@ -1175,7 +1173,7 @@ func (s *FakeSession) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbo
 }
 
 // Start runs a built-in command in the background.
-func (s *FakeSession) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
+func (s *Session) Start(ctx context.Context, req sandbox.ExecRequest) (sandbox.Process, error) {
 	p, att, err := s.start(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("starting %q: %w", req.Cmd, err)
@@ -1183,7 +1181,7 @@ func (s *FakeSession) Start(ctx context.Context, req sandbox.ExecRequest) (sandb
 	return &fakeHandle{p: p, att: att}, nil
 }
 
-func (s *FakeSession) start(ctx context.Context, req sandbox.ExecRequest) (*fakeProcess, *attachment, error) {
+func (s *Session) start(ctx context.Context, req sandbox.ExecRequest) (*fakeProcess, *attachment, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -1243,7 +1241,7 @@ func (s *FakeSession) start(ctx context.Context, req sandbox.ExecRequest) (*fake
 	pctx, kill := context.WithCancelCause(context.Background())
 	bufSize := s.rt.OutputBuffer
 	if bufSize <= 0 {
-		bufSize = DefaultFakeOutputBuffer
+		bufSize = DefaultOutputBuffer
 	}
 	p := &fakeProcess{
 		s:   s,
@@ -1312,7 +1310,7 @@ var errExited = errors.New("process exited")
 
 // processEnded moves p from the running table to the recently ended list, unless
 // Stop already cleared it.
-func (s *FakeSession) processEnded(p *fakeProcess) {
+func (s *Session) processEnded(p *fakeProcess) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.procs[p.pid] != p {
@@ -1359,7 +1357,7 @@ func lookProgram(name string) (builtin, error) {
 }
 
 // Attach reattaches to a running or recently ended process.
-func (s *FakeSession) Attach(ctx context.Context, sel sandbox.ProcessSelector, stdout, stderr io.Writer) (sandbox.Process, error) {
+func (s *Session) Attach(ctx context.Context, sel sandbox.ProcessSelector, stdout, stderr io.Writer) (sandbox.Process, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, fmt.Errorf("attaching: %w", err)
 	}
@@ -1385,7 +1383,7 @@ func selString(sel sandbox.ProcessSelector) string {
 
 // findLocked finds a process by tag (running first, then the most
 // recently ended) or pid; s.mu is held.
-func (s *FakeSession) findLocked(sel sandbox.ProcessSelector) *fakeProcess {
+func (s *Session) findLocked(sel sandbox.ProcessSelector) *fakeProcess {
 	match := func(p *fakeProcess) bool {
 		if sel.Tag != "" {
 			return p.tag == sel.Tag
@@ -1406,7 +1404,7 @@ func (s *FakeSession) findLocked(sel sandbox.ProcessSelector) *fakeProcess {
 }
 
 // Processes lists the running processes by pid.
-func (s *FakeSession) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
+func (s *Session) Processes(ctx context.Context) ([]sandbox.ProcessInfo, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
@@ -1732,7 +1730,7 @@ func (r procStdin) Read(b []byte) (int, error) {
 // proc is what a built-in runs with.
 type proc struct {
 	ctx            context.Context // ends when the process is killed
-	s              *FakeSession
+	s              *Session
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	dir            string // resolved working directory
@@ -1787,7 +1785,7 @@ func (p *proc) abs(name string) string {
 }
 
 // fs runs f with the session locked, if the sandbox still runs.
-func (p *proc) fs(f func(s *FakeSession) error) error {
+func (p *proc) fs(f func(s *Session) error) error {
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
 	if err := p.s.live(); err != nil {
@@ -1927,7 +1925,7 @@ func cmdCat(p *proc, argv []string) int {
 			continue
 		}
 		var data []byte
-		err := p.fs(func(s *FakeSession) (err error) {
+		err := p.fs(func(s *Session) (err error) {
 			data, err = s.readLocked(p.abs(f))
 			return err
 		})
@@ -2025,7 +2023,7 @@ func cmdLn(p *proc, argv []string) int {
 		return 1
 	}
 	target, name := args[0], args[1]
-	err := p.fs(func(s *FakeSession) error {
+	err := p.fs(func(s *Session) error {
 		link, err := s.resolve(p.abs(name), false)
 		if err != nil {
 			return err
@@ -2082,7 +2080,7 @@ func cmdHead(p *proc, argv []string) int {
 	in := p.stdin
 	if len(args) > 0 && args[0] != "-" {
 		var data []byte
-		if err := p.fs(func(s *FakeSession) (err error) {
+		if err := p.fs(func(s *Session) (err error) {
 			data, err = s.readLocked(p.abs(args[0]))
 			return err
 		}); err != nil {
@@ -2143,7 +2141,7 @@ func cmdMkdir(p *proc, argv []string) int {
 			parents = true
 			continue
 		}
-		err := p.fs(func(s *FakeSession) error {
+		err := p.fs(func(s *Session) error {
 			if !parents {
 				r, err := s.resolve(p.abs(a), false)
 				if err != nil {
@@ -2175,7 +2173,7 @@ func cmdRm(p *proc, argv []string) int {
 			force = force || strings.Contains(a, "f")
 			continue
 		}
-		err := p.fs(func(s *FakeSession) error {
+		err := p.fs(func(s *Session) error {
 			r, err := s.resolve(p.abs(a), false)
 			if err != nil {
 				return err
@@ -2196,7 +2194,7 @@ func cmdRm(p *proc, argv []string) int {
 func cmdTouch(p *proc, argv []string) int {
 	code := 0
 	for _, a := range argv[1:] {
-		err := p.fs(func(s *FakeSession) error {
+		err := p.fs(func(s *Session) error {
 			r, err := s.resolve(p.abs(a), true)
 			if err != nil {
 				return err
@@ -2234,7 +2232,7 @@ func cmdLs(p *proc, argv []string) int {
 	code := 0
 	for _, a := range args {
 		var names []string
-		err := p.fs(func(s *FakeSession) error {
+		err := p.fs(func(s *Session) error {
 			r, err := s.resolve(p.abs(a), true)
 			if err != nil {
 				return err
@@ -2307,7 +2305,7 @@ func evalTest(p *proc, args []string) (bool, error) {
 			return a != "", nil
 		case "-e", "-f", "-d", "-L", "-h", "-s":
 			var n *node
-			p.fs(func(s *FakeSession) error {
+			p.fs(func(s *Session) error {
 				r, err := s.resolve(p.abs(a), op != "-L" && op != "-h")
 				if err == nil {
 					n = s.files[r]
@@ -2373,7 +2371,7 @@ func cmdSh(p *proc, argv []string) int {
 		}
 	case len(args) > 0:
 		var data []byte
-		if err := p.fs(func(s *FakeSession) (err error) {
+		if err := p.fs(func(s *Session) (err error) {
 			data, err = s.readLocked(p.abs(args[0]))
 			return err
 		}); err != nil {
@@ -2989,7 +2987,7 @@ func (sh *shell) cd(p *proc, argv []string) int {
 		target = argv[1]
 	}
 	var dir string
-	err := p.fs(func(s *FakeSession) error {
+	err := p.fs(func(s *Session) error {
 		r, err := s.resolve(p.abs(target), true)
 		if err != nil {
 			return err
@@ -3030,7 +3028,7 @@ func (sh *shell) redirect(p *proc, rs []redir) error {
 			}
 		case "<":
 			var data []byte
-			if err := p.fs(func(s *FakeSession) (err error) {
+			if err := p.fs(func(s *Session) (err error) {
 				data, err = s.readLocked(p.abs(target))
 				return err
 			}); err != nil {
@@ -3056,13 +3054,13 @@ func (sh *shell) redirect(p *proc, rs []redir) error {
 // the node, so a file removed meanwhile goes on growing unseen, as an
 // unlinked file does.
 type fileWriter struct {
-	s *FakeSession
+	s *Session
 	n *node
 }
 
 func openRedirect(p *proc, name string, appendTo bool) (*fileWriter, error) {
 	var fw *fileWriter
-	err := p.fs(func(s *FakeSession) error {
+	err := p.fs(func(s *Session) error {
 		r, err := s.resolve(name, true)
 		if err != nil {
 			return err

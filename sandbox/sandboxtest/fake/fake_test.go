@@ -1,4 +1,4 @@
-package sandboxtest
+package fake
 
 import (
 	"archive/tar"
@@ -14,16 +14,17 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
-func newFakeSession(t *testing.T, spec sandbox.Spec) (*FakeRuntime, *FakeSession) {
+func newFakeSession(t *testing.T, spec sandbox.Spec) (*Runtime, *Session) {
 	t.Helper()
-	rt := NewFake()
+	rt := New()
 	s, err := rt.Create(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	return rt, s.(*FakeSession)
+	return rt, s.(*Session)
 }
 
 func fakeWrite(t *testing.T, s sandbox.Session, p, content string) {
@@ -63,7 +64,7 @@ func fakeWantErr(t *testing.T, what string, err, target error) {
 
 func TestFakeLifecycle(t *testing.T) {
 	ctx := context.Background()
-	rt := NewFake()
+	rt := New()
 	spec := sandbox.Spec{Labels: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}}
 	s1, err := rt.Create(ctx, spec)
 	if err != nil {
@@ -159,7 +160,7 @@ func TestFakeLifecycle(t *testing.T) {
 
 func TestFakeCreateErrors(t *testing.T) {
 	ctx := context.Background()
-	rt := NewFake()
+	rt := New()
 	rt.MaxSandboxes = 1
 	for _, tt := range []struct {
 		name string
@@ -721,7 +722,7 @@ func TestFakeStdinAndAttachBuffer(t *testing.T) {
 
 func TestFakeAttachBufferBounded(t *testing.T) {
 	ctx := context.Background()
-	rt := NewFake()
+	rt := New()
 	rt.OutputBuffer = 100
 	sess, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
@@ -839,4 +840,30 @@ func TestFakeConcurrent(t *testing.T) {
 	if err := s.SnapshotWorkspace(ctx, &snap); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestFake(t *testing.T) {
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return New() }, sandboxtest.Options{Listen: fakeListen})
+}
+
+// fakeListen serves an echo server on the fake sandbox's in-memory port.
+func fakeListen(t *testing.T, s sandbox.Session, port int) (stop func()) {
+	fs, ok := s.(*Session)
+	if !ok {
+		t.Fatalf("session is a %T, want *Session", s)
+	}
+	l := fs.Listen(port)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return // closed by stop or by the sandbox stopping
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return func() { _ = l.Close() }
 }
