@@ -120,9 +120,11 @@ func wiring(p string) bool {
 }
 
 // testSupport: packages that exist for tests (a conformance suite, a
-// fake); they may run a real implementation underneath.
+// fake, a real runtime in a temp dir: a path segment ending in "test");
+// they may run a real implementation underneath, and only tests may
+// import them.
 func testSupport(p string) bool {
-	return strings.HasSuffix(p, "test") || under(p, "agent/model/fake")
+	return strings.Contains(p+"/", "test/") || under(p, "agent/model/fake")
 }
 
 func show(chain []string) string {
@@ -166,6 +168,9 @@ func TestDependencyDirection(t *testing.T) {
 		{"siblings", func(p string) bool { return implOf(p) != "" && !testSupport(p) },
 			func(pkg, imp string) bool { return concrete(imp) && implOf(imp) != implOf(pkg) },
 			"an implementation never imports a sibling"},
+		{"test support", func(p string) bool { return !testSupport(p) },
+			func(_, imp string) bool { return testSupport(imp) && !under(imp, "agent/model/fake") },
+			"test helpers are for tests only"},
 		{"internal", func(p string) bool { return !wiring(p) },
 			func(_, imp string) bool { return under(imp, "internal") },
 			"internal packages are the wiring's"},

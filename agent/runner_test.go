@@ -16,7 +16,7 @@ import (
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // scripted is a Model that answers from a list of turns and records the
@@ -189,7 +189,7 @@ func TestApprovalInterruptAndResume(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			rt := sandboxtest.NewFake()
+			rt := fake.New()
 			m := &scripted{turns: []func(agent.ModelRequest) []agent.Item{
 				call("w0", "write", `{"path":"a.txt","text":"first"}`),
 				call("w1", "write", `{"path":"b.txt","text":"second"}`),
@@ -261,7 +261,7 @@ func TestApprovalInterruptAndResume(t *testing.T) {
 
 func TestOwnedSandboxDeletedAtEnd(t *testing.T) {
 	ctx := context.Background()
-	rt := sandboxtest.NewFake()
+	rt := fake.New()
 	a := &agent.Agent{Name: "x", Model: &scripted{turns: []func(agent.ModelRequest) []agent.Item{say("ok"), say("ok")}},
 		Sandbox: &agent.SandboxAgent{Capabilities: []agent.Capability{fsCap{}}}}
 	caller, err := rt.Create(ctx, sandbox.Spec{})
@@ -325,7 +325,7 @@ func TestRunStateVersion(t *testing.T) {
 
 func TestRestoreSnapshotOnStart(t *testing.T) {
 	ctx := context.Background()
-	rt := sandboxtest.NewFake()
+	rt := fake.New()
 	src, _ := rt.Create(ctx, sandbox.Spec{})
 	if err := src.WriteFile(ctx, "notes/todo.txt", strings.NewReader("from last time"), 0o644); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // The connection caps of Server.HTTPServer (limits.go). The timeouts
@@ -23,7 +23,7 @@ import (
 // the sign-in's body read are used) with lim, and returns its address.
 func limitServer(t *testing.T, lim Limits) string {
 	t.Helper()
-	s, err := New(Config{Runtime: sandboxtest.NewFake(), Store: nilStore{}})
+	s, err := New(Config{Runtime: fake.New(), Store: nilStore{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // TestGuestProxyAccess: the daemon's API answers only the sandbox's own
@@ -127,7 +127,7 @@ func TestGuestProxySession(t *testing.T) {
 // flushed as they come, and an upgraded tunnel spliced both ways.
 func TestGuestProxyRequests(t *testing.T) {
 	d := startFakeDaemon(t)
-	ts := newTestServer(t, Config{Runtime: endpointRuntime{Runtime: sandboxtest.NewFake(), addr: "unix://" + d.sock, token: "daemon-secret"}})
+	ts := newTestServer(t, Config{Runtime: endpointRuntime{Runtime: fake.New(), addr: "unix://" + d.sock, token: "daemon-secret"}})
 	key := ts.teamKey(t, "alpha")
 	sb := ts.create(t, key, api.CreateSandbox{})
 	prefix := ts.URL + "/v1/sandboxes/" + sb.ID + "/guest"
@@ -221,7 +221,7 @@ func TestGuestProxyRequests(t *testing.T) {
 // TestGuestProxyNoEndpoint: a runtime whose sessions do not say where
 // their daemon is gets a 501 that says so.
 func TestGuestProxyNoEndpoint(t *testing.T) {
-	ts := newTestServer(t, Config{Runtime: sandboxtest.NewFake()})
+	ts := newTestServer(t, Config{Runtime: fake.New()})
 	key := ts.teamKey(t, "alpha")
 	sb := ts.create(t, key, api.CreateSandbox{})
 	code, data := ts.call(t, "GET", "/v1/sandboxes/"+sb.ID+"/guest/health", key, nil)

@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cove-sandbox/cove/api"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // stream is an open NDJSON response of exec or attach.
@@ -684,7 +684,7 @@ func TestTar(t *testing.T) { testTar(t, newTestServer(t, Config{})) }
 
 // The fake's sessions are not Archivers: tars go through the file calls.
 func TestTarWithoutArchiver(t *testing.T) {
-	testTar(t, newTestServer(t, Config{Runtime: sandboxtest.NewFake()}))
+	testTar(t, newTestServer(t, Config{Runtime: fake.New()}))
 }
 
 func TestUploadCap(t *testing.T) {

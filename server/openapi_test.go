@@ -5,14 +5,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 	"github.com/cove-sandbox/cove/store"
 )
 
 // TestOpenAPIMatchesRoutes keeps /openapi.json in sync with the server:
 // every registered route is documented and every documented route exists.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s, err := New(Config{Runtime: sandboxtest.NewFake(), Store: nilStore{}})
+	s, err := New(Config{Runtime: fake.New(), Store: nilStore{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 	"github.com/cove-sandbox/cove/trace"
 )
 
@@ -76,7 +76,9 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &agent.Agent{Name: "traced", Model: &oneCall{}, Sandbox: &agent.SandboxAgent{Capabilities: []agent.Capability{runCap{}}}}
-	if _, err := (&agent.Runner{}).Run(ctx, a, "go", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: sandboxtest.NewFake()}}); err != nil {
+	rt := fake.New()
+	rt.Script("true", "", 0)
+	if _, err := (&agent.Runner{}).Run(ctx, a, "go", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := shutdown(ctx); err != nil {

@@ -141,7 +141,7 @@ func (t *Tools) start(ctx context.Context, a execArgs, p *process) (sandbox.Proc
 	args := []string{"-c", a.cmd}
 	if a.login {
 		// "-l -c" rather than "-lc": the same to every shell, and simple
-		// ones (the test fake's) take one flag per argument.
+		// ones take one flag per argument.
 		args = []string{"-l", "-c", a.cmd}
 	}
 	req := sandbox.ExecRequest{

@@ -9,54 +9,26 @@ import (
 	"image"
 	"image/color"
 	"image/png"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
-	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
+	"github.com/cove-sandbox/cove/sandbox/hostproc/hostproctest"
 )
 
-// The test binary doubles as the in-sandbox daemon: hostproc re-executes
-// it with this variable set, and TestMain runs guest.Main instead of the
-// tests. Real programs then run as the tools' commands.
-const guestEnv = "COVE_TEST_AS_GUEST=1"
-
-func TestMain(m *testing.M) {
-	if os.Getenv("COVE_TEST_AS_GUEST") == "1" {
-		if err := guest.Main(context.Background(), os.Args[1:], os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// The test binary doubles as the in-sandbox daemon (hostproctest): real
+// programs run as the tools' commands.
+func TestMain(m *testing.M) { hostproctest.Main(m) }
 
 // newHostTools returns tools over a hostproc sandbox: real programs, no
-// isolation.
+// isolation. The tools are closed at the end of the test.
 func newHostTools(t *testing.T, opts sandboxtool.Options) (*sandboxtool.Tools, sandbox.Session) {
 	t.Helper()
-	exe, err := os.Executable()
+	sess, err := hostproctest.New(t).Create(t.Context(), sandbox.Spec{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	// Unix socket paths are short: keep the state directory near /tmp.
-	dir, err := os.MkdirTemp("", "st")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := hostproc.New(hostproc.Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv, "GORACE=atexit_sleep_ms=0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := rt.Create(t.Context(), sandbox.Spec{})
-	if err != nil {
-		os.RemoveAll(dir)
 		t.Fatal(err)
 	}
 	tools := sandboxtool.New(sess, opts)
@@ -64,8 +36,6 @@ func newHostTools(t *testing.T, opts sandboxtool.Options) (*sandboxtool.Tools, s
 		if err := tools.Close(context.Background()); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		rt.Delete(context.Background(), sess.ID())
-		os.RemoveAll(dir)
 	})
 	return tools, sess
 }

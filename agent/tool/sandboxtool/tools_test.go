@@ -17,14 +17,29 @@ import (
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/hostproc/hostproctest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // newFakeTools returns tools over a fresh fake sandbox, closed at the end
-// of the test.
+// of the test. Its shell runs only "pwd", printing the directory it runs
+// in: the tests over the fake check where commands run (hostproc's pwd
+// would print a host path) and what is refused before anything runs;
+// those that need a real shell use newHostTools.
 func newFakeTools(t *testing.T, opts sandboxtool.Options) (*sandboxtool.Tools, sandbox.Session) {
 	t.Helper()
-	sess, err := sandboxtest.NewFake().Create(t.Context(), sandbox.Spec{})
+	rt := fake.New()
+	pwd := func(_ context.Context, p *fake.Proc) int {
+		if p.Args[len(p.Args)-1] != "pwd" {
+			fmt.Fprintf(p.Stderr, "%s: the fake's shell runs only pwd\n", p.Args[0])
+			return 127
+		}
+		fmt.Fprintln(p.Stdout, p.Dir)
+		return 0
+	}
+	rt.Handle("bash", pwd)
+	rt.Handle("sh", pwd)
+	sess, err := rt.Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,29 +112,15 @@ func exited(code int, output string) string {
 	return fmt.Sprintf("Chunk ID: X\nWall time: W seconds\nProcess exited with code %d\nOutput:\n%s", code, output)
 }
 
-func TestExecCommand(t *testing.T) {
-	t.Parallel()
-	tools, sess := newFakeTools(t, sandboxtool.Options{})
-	if err := sess.Mkdir(t.Context(), "sub/dir"); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		args string
-		want string
-		code int
-	}{
-		{`{"cmd": "echo hello"}`, exited(0, "hello\n"), 0},
-		{`{"cmd": "echo out; echo err >&2"}`, exited(0, "out\nerr\n"), 0},
-		{`{"cmd": "false"}`, exited(1, ""), 1},
-		{`{"cmd": "echo bye; exit 3"}`, exited(3, "bye\n"), 3},
-		{`{"cmd": "pwd", "workdir": "sub/dir"}`, exited(0, "/workspace/sub/dir\n"), 0},
-		{`{"cmd": "pwd", "workdir": "/workspace/sub"}`, exited(0, "/workspace/sub\n"), 0},
-		{`{"cmd": "echo plain", "login": false, "tty": false}`, exited(0, "plain\n"), 0},
-		// Out-of-range waits are clamped, not refused; numbers and
-		// booleans sent as strings are taken, as pydantic does.
-		{`{"cmd": "echo clamped", "yield_time_ms": -5}`, exited(0, "clamped\n"), 0},
-		{`{"cmd": "echo lax", "yield_time_ms": "99999", "login": "false", "workdir": null}`, exited(0, "lax\n"), 0},
-	} {
+// execCase is one exec_command call and its answer.
+type execCase struct {
+	args string
+	want string
+	code int
+}
+
+func checkExec(t *testing.T, tools *sandboxtool.Tools, cases []execCase) {
+	for _, tc := range cases {
 		t.Run(tc.args, func(t *testing.T) {
 			r := call(t, tools.ExecCommand(), tc.args)
 			if r.err != nil {
@@ -135,11 +136,41 @@ func TestExecCommand(t *testing.T) {
 	}
 }
 
+func TestExecCommand(t *testing.T) {
+	t.Parallel()
+	tools, _ := newHostTools(t, sandboxtool.Options{})
+	checkExec(t, tools, []execCase{
+		{`{"cmd": "echo hello"}`, exited(0, "hello\n"), 0},
+		{`{"cmd": "echo out; echo err >&2"}`, exited(0, "out\nerr\n"), 0},
+		{`{"cmd": "false"}`, exited(1, ""), 1},
+		{`{"cmd": "echo bye; exit 3"}`, exited(3, "bye\n"), 3},
+		{`{"cmd": "echo plain", "login": false, "tty": false}`, exited(0, "plain\n"), 0},
+		// Out-of-range waits are clamped, not refused; numbers and
+		// booleans sent as strings are taken, as pydantic does.
+		{`{"cmd": "echo clamped", "yield_time_ms": -5}`, exited(0, "clamped\n"), 0},
+		{`{"cmd": "echo lax", "yield_time_ms": "99999", "login": "false", "workdir": null}`, exited(0, "lax\n"), 0},
+	})
+}
+
+// TestExecWorkdir: a command runs in its workdir, relative to the
+// workspace or absolute.
+func TestExecWorkdir(t *testing.T) {
+	t.Parallel()
+	tools, sess := newFakeTools(t, sandboxtool.Options{})
+	if err := sess.Mkdir(t.Context(), "sub/dir"); err != nil {
+		t.Fatal(err)
+	}
+	checkExec(t, tools, []execCase{
+		{`{"cmd": "pwd", "workdir": "sub/dir"}`, exited(0, "/workspace/sub/dir\n"), 0},
+		{`{"cmd": "pwd", "workdir": "/workspace/sub"}`, exited(0, "/workspace/sub\n"), 0},
+	})
+}
+
 // TestExecEvents: output streams to the run's events as it comes, labelled
 // with its stream and the command.
 func TestExecEvents(t *testing.T) {
 	t.Parallel()
-	tools, _ := newFakeTools(t, sandboxtool.Options{})
+	tools, _ := newHostTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "echo out; echo err >&2"}`)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -165,7 +196,7 @@ func TestExecEvents(t *testing.T) {
 // write_stdin polls it until it ends, and afterwards says it has ended.
 func TestYieldAndPoll(t *testing.T) {
 	t.Parallel()
-	tools, _ := newFakeTools(t, sandboxtool.Options{})
+	tools, _ := newHostTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "echo start; sleep 0.8; echo done", "yield_time_ms": 250}`)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -205,7 +236,7 @@ func TestYieldAndPoll(t *testing.T) {
 // answer with head, marker and tail, and the token count of everything.
 func TestFloodBounded(t *testing.T) {
 	t.Parallel()
-	tools, _ := newFakeTools(t, sandboxtool.Options{})
+	tools, _ := newHostTools(t, sandboxtool.Options{})
 	// A TTY lets write_stdin send a key and wait only its yield (a bare
 	// poll waits 5 s).
 	r := call(t, tools.ExecCommand(), `{"cmd": "yes", "tty": true, "yield_time_ms": 300}`)
@@ -241,7 +272,7 @@ func TestFloodBounded(t *testing.T) {
 // is its formatted_truncate_text_with_token_count's).
 func TestTruncation(t *testing.T) {
 	t.Parallel()
-	tools, _ := newFakeTools(t, sandboxtool.Options{})
+	tools, _ := newHostTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "yes abcdefgh | head -n 1000", "max_output_tokens": 100}`)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -254,7 +285,7 @@ func TestTruncation(t *testing.T) {
 	}
 
 	// Without max_output_tokens the default bounds it.
-	tools, _ = newFakeTools(t, sandboxtool.Options{DefaultMaxOutputTokens: 10})
+	tools, _ = newHostTools(t, sandboxtool.Options{DefaultMaxOutputTokens: 10})
 	r = call(t, tools.ExecCommand(), `{"cmd": "yes abcdefgh | head -n 1000"}`)
 	if !strings.Contains(r.text, "Original token count: 2250\n") || !strings.Contains(r.text, "tokens truncated") {
 		t.Errorf("with a default of 10 tokens: got %q, want it truncated", r.text)
@@ -299,7 +330,7 @@ func TestBadArguments(t *testing.T) {
 // write_stdin says how to get one, in the SDK's words.
 func TestStdinNeedsTTY(t *testing.T) {
 	t.Parallel()
-	tools, _ := newFakeTools(t, sandboxtool.Options{})
+	tools, _ := newHostTools(t, sandboxtool.Options{})
 	r := call(t, tools.ExecCommand(), `{"cmd": "cat; sleep 5", "yield_time_ms": 250}`)
 	id := sessionID(t, r)
 	r = call(t, tools.WriteStdin(), fmt.Sprintf(`{"session_id": %d, "chars": "hi\n"}`, id))
@@ -312,7 +343,7 @@ func TestStdinNeedsTTY(t *testing.T) {
 // poll says so with the code a shell reports for SIGKILL.
 func TestLifetime(t *testing.T) {
 	t.Parallel()
-	tools, sess := newFakeTools(t, sandboxtool.Options{MaxLifetime: 300 * time.Millisecond})
+	tools, sess := newHostTools(t, sandboxtool.Options{MaxLifetime: 300 * time.Millisecond})
 	r := call(t, tools.ExecCommand(), `{"cmd": "sleep 1000", "yield_time_ms": 250}`)
 	id := sessionID(t, r)
 	r = call(t, tools.WriteStdin(), fmt.Sprintf(`{"session_id": %d}`, id))
@@ -329,7 +360,7 @@ func TestLifetime(t *testing.T) {
 // recently used running one, and a later write_stdin to it says why.
 func TestMaxProcesses(t *testing.T) {
 	t.Parallel()
-	tools, _ := newFakeTools(t, sandboxtool.Options{MaxProcesses: 2})
+	tools, _ := newHostTools(t, sandboxtool.Options{MaxProcesses: 2})
 	var ids []int
 	for range 3 {
 		r := call(t, tools.ExecCommand(), `{"cmd": "sleep 100", "tty": true, "yield_time_ms": 250}`)
@@ -348,7 +379,7 @@ func TestMaxProcesses(t *testing.T) {
 // TestClose: Close kills what still runs, and the tools refuse work after.
 func TestClose(t *testing.T) {
 	t.Parallel()
-	sess, err := sandboxtest.NewFake().Create(t.Context(), sandbox.Spec{})
+	sess, err := hostproctest.New(t).Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}

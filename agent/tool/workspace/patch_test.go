@@ -11,6 +11,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 // readAll returns the workspace's files (path relative to the root ->
@@ -198,7 +199,7 @@ func TestApplyPatch(t *testing.T) {
 			}
 			// A symlink out of the workspace: the session must refuse to
 			// write through it.
-			if _, err := sess.Exec(ctx, sandbox.ExecRequest{Cmd: "ln", Args: []string{"-s", "/etc", "etc"}}); err != nil {
+			if err := sess.(*fake.Session).Symlink(ctx, "/etc", "etc"); err != nil {
 				t.Fatal(err)
 			}
 			var events []agent.Event

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 func newSession(t *testing.T, files map[string]string) sandbox.Session {
 	t.Helper()
 	ctx := context.Background()
-	sess, err := sandboxtest.NewFake().Create(ctx, sandbox.Spec{})
+	sess, err := fake.New().Create(ctx, sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}

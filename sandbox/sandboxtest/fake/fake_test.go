@@ -1,10 +1,11 @@
-package sandboxtest
+package fake
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
@@ -14,16 +15,17 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
-func newFakeSession(t *testing.T, spec sandbox.Spec) (*FakeRuntime, *FakeSession) {
+func newFakeSession(t *testing.T, spec sandbox.Spec) (*Runtime, *Session) {
 	t.Helper()
-	rt := NewFake()
+	rt := programs(New())
 	s, err := rt.Create(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	return rt, s.(*FakeSession)
+	return rt, s.(*Session)
 }
 
 func fakeWrite(t *testing.T, s sandbox.Session, p, content string) {
@@ -43,15 +45,38 @@ func fakeRead(s sandbox.Session, p string) (string, error) {
 	return string(b), err
 }
 
-// fakeRun runs a shell command line and returns its output and exit code.
-func fakeRun(t *testing.T, s sandbox.Session, cmdline string) (stdout, stderr string, code int) {
+// programs gives rt the few programs these tests run, each a line or two
+// over its process's streams (not an imitation of the real one): true,
+// false, sleep (until a signal), cat (stdin to stdout) and yes (y lines
+// until killed).
+func programs(rt *Runtime) *Runtime {
+	rt.Script("true", "", 0)
+	rt.Script("false", "", 1)
+	rt.Handle("sleep", func(ctx context.Context, _ *Proc) int {
+		<-ctx.Done()
+		return 0
+	})
+	rt.Handle("cat", func(_ context.Context, p *Proc) int {
+		if _, err := io.Copy(p.Stdout, p.Stdin); err != nil {
+			return 1
+		}
+		return 0
+	})
+	rt.Handle("yes", func(_ context.Context, p *Proc) int {
+		for {
+			if _, err := io.WriteString(p.Stdout, "y\n"); err != nil {
+				return 1
+			}
+		}
+	})
+	return rt
+}
+
+func fakeSymlink(t *testing.T, s *Session, target, link string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	st, err := s.Exec(context.Background(), sandbox.ExecRequest{Cmd: cmdline, Shell: true, Stdout: &out, Stderr: &errb})
-	if err != nil {
-		t.Fatalf("Exec(%q): %v", cmdline, err)
+	if err := s.Symlink(context.Background(), target, link); err != nil {
+		t.Fatalf("Symlink(%q, %q): %v", target, link, err)
 	}
-	return out.String(), errb.String(), st.Code
 }
 
 func fakeWantErr(t *testing.T, what string, err, target error) {
@@ -63,7 +88,7 @@ func fakeWantErr(t *testing.T, what string, err, target error) {
 
 func TestFakeLifecycle(t *testing.T) {
 	ctx := context.Background()
-	rt := NewFake()
+	rt := programs(New())
 	spec := sandbox.Spec{Labels: map[string]string{"k": "v"}, Env: map[string]string{"A": "1"}}
 	s1, err := rt.Create(ctx, spec)
 	if err != nil {
@@ -159,7 +184,7 @@ func TestFakeLifecycle(t *testing.T) {
 
 func TestFakeCreateErrors(t *testing.T) {
 	ctx := context.Background()
-	rt := NewFake()
+	rt := programs(New())
 	rt.MaxSandboxes = 1
 	for _, tt := range []struct {
 		name string
@@ -310,21 +335,19 @@ func TestFakeSymlinks(t *testing.T) {
 	ctx := context.Background()
 	_, s := newFakeSession(t, sandbox.Spec{})
 	fakeWrite(t, s, "sub/file", "inside")
-	for _, cmd := range []string{
-		"ln -s /etc/passwd out",
-		"ln -s / rootlink",
-		"ln -s ../.. up",
-		"ln -s . d",
-		"ln -s d/.. e",
-		"ln -s sub/file rel",
-		"ln -s /workspace/sub abs",
-		"ln -s loop2 loop1",
-		"ln -s loop1 loop2",
-		"ln -s missing dangling",
+	for _, l := range [][2]string{
+		{"/etc/passwd", "out"},
+		{"/", "rootlink"},
+		{"../..", "up"},
+		{".", "d"},
+		{"d/..", "e"},
+		{"sub/file", "rel"},
+		{"/workspace/sub", "abs"},
+		{"loop2", "loop1"},
+		{"loop1", "loop2"},
+		{"missing", "dangling"},
 	} {
-		if _, stderr, code := fakeRun(t, s, cmd); code != 0 {
-			t.Fatalf("%s: exit %d: %s", cmd, code, stderr)
-		}
+		fakeSymlink(t, s, l[0], l[1])
 	}
 	for _, p := range []string{"out", "rootlink/etc/passwd", "up/etc/passwd", "e/workspace/sub/file", "sub/../out", "loop1"} {
 		_, err := s.ReadFile(ctx, p)
@@ -353,10 +376,9 @@ func TestFakeSymlinks(t *testing.T) {
 	if _, err := s.Stat(ctx, "sub/file"); err != nil {
 		t.Errorf("Remove(link) removed its target: %v", err)
 	}
-	_, stderr, code := fakeRun(t, s, "ln -s x rel")
-	if code == 0 || !strings.Contains(stderr, "exists") {
-		t.Errorf("ln -s onto an existing name: exit %d, %q", code, stderr)
-	}
+	fakeWantErr(t, "Symlink onto an existing name", s.Symlink(ctx, "x", "rel"), sandbox.ErrExist)
+	fakeWantErr(t, "Symlink out of the workspace", s.Symlink(ctx, "x", "../x"), sandbox.ErrInvalid)
+	fakeWantErr(t, "Symlink in a missing directory", s.Symlink(ctx, "x", "no/x"), sandbox.ErrNotFound)
 }
 
 func TestFakeDiskLimit(t *testing.T) {
@@ -365,9 +387,9 @@ func TestFakeDiskLimit(t *testing.T) {
 	fakeWrite(t, s, "a", "12345")
 	fakeWantErr(t, "WriteFile over the limit", s.WriteFile(ctx, "b", strings.NewReader("123456"), 0), sandbox.ErrLimit)
 	fakeWrite(t, s, "a", "1234567890") // replacing frees the old bytes
-	_, stderr, code := fakeRun(t, s, "echo more >> a")
-	if code == 0 || !strings.Contains(stderr, "no space") {
-		t.Errorf("append over the limit: exit %d, %q", code, stderr)
+	err := s.WriteFile(ctx, "b", strings.NewReader("x"), 0)
+	if !errors.Is(err, sandbox.ErrLimit) || !strings.Contains(err.Error(), "no space") {
+		t.Errorf("WriteFile over a full disk: got %v, want ErrLimit saying no space", err)
 	}
 }
 
@@ -381,7 +403,7 @@ func TestFakeSnapshotRestore(t *testing.T) {
 	if err := s.Mkdir(ctx, "empty"); err != nil {
 		t.Fatal(err)
 	}
-	fakeRun(t, s, "ln -s src/main.go link")
+	fakeSymlink(t, s, "src/main.go", "link")
 	var snap bytes.Buffer
 	if err := s.SnapshotWorkspace(ctx, &snap); err != nil {
 		t.Fatalf("SnapshotWorkspace: %v", err)
@@ -491,9 +513,28 @@ func fakeWaitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// TestFakeExec: a scripted program sees what the request asked for
+// (command line, directory, environment, user, stdin), and what it prints
+// and returns is the process's output and status.
 func TestFakeExec(t *testing.T) {
-	_, s := newFakeSession(t, sandbox.Spec{Env: map[string]string{"SPEC": "from-spec", "BOTH": "spec"}})
-	fakeWrite(t, s, "dir/f.txt", "file content\n")
+	rt := programs(New())
+	show := func(_ context.Context, p *Proc) int {
+		in, _ := io.ReadAll(p.Stdin)
+		fmt.Fprintf(p.Stdout, "%q in %s as %s: %s %s %s %q\n", p.Args, p.Dir, p.User, p.Env["SPEC"], p.Env["BOTH"], p.Env["REQ"], in)
+		fmt.Fprint(p.Stderr, "to stderr\n")
+		return 3
+	}
+	rt.Handle("show", show)
+	rt.Handle("sh", show)
+	sess, err := rt.Create(context.Background(), sandbox.Spec{Env: map[string]string{"SPEC": "from-spec", "BOTH": "spec"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sess.(*Session)
+	if err := s.Mkdir(context.Background(), "dir"); err != nil {
+		t.Fatal(err)
+	}
+	pty := &sandbox.PTYSize{Cols: 80, Rows: 24}
 	tests := []struct {
 		name       string
 		req        sandbox.ExecRequest
@@ -503,41 +544,15 @@ func TestFakeExec(t *testing.T) {
 	}{
 		{name: "true", req: sandbox.ExecRequest{Cmd: "true"}},
 		{name: "false", req: sandbox.ExecRequest{Cmd: "false"}, wantCode: 1},
-		{name: "echo", req: sandbox.ExecRequest{Cmd: "echo", Args: []string{"hello", "world"}}, wantOut: "hello world\n"},
-		{name: "echo -n", req: sandbox.ExecRequest{Cmd: "/bin/echo", Args: []string{"-n", "x"}}, wantOut: "x"},
-		{name: "printf", req: sandbox.ExecRequest{Cmd: "printf", Args: []string{`%s=%d\n`, "a", "1", "b", "2"}}, wantOut: "a=1\nb=2\n"},
-		{name: "cat stdin", req: sandbox.ExecRequest{Cmd: "cat", Stdin: strings.NewReader("piped")}, wantOut: "piped"},
-		{name: "cat no stdin", req: sandbox.ExecRequest{Cmd: "cat"}},
-		{name: "cat file", req: sandbox.ExecRequest{Cmd: "cat", Args: []string{"f.txt"}, Dir: "dir"}, wantOut: "file content\n"},
-		{name: "cat missing", req: sandbox.ExecRequest{Cmd: "cat", Args: []string{"nope"}}, wantErrOut: "cat: nope:", wantCode: 1},
-		{name: "pwd", req: sandbox.ExecRequest{Cmd: "pwd"}, wantOut: "/workspace\n"},
-		{name: "pwd dir", req: sandbox.ExecRequest{Cmd: "pwd", Dir: "/workspace/dir"}, wantOut: "/workspace/dir\n"},
-		{name: "printenv", req: sandbox.ExecRequest{Cmd: "printenv", Args: []string{"SPEC", "BOTH", "REQ"}, Env: map[string]string{"REQ": "r", "BOTH": "req"}},
-			wantOut: "from-spec\nreq\nr\n"},
-		{name: "printenv missing", req: sandbox.ExecRequest{Cmd: "printenv", Args: []string{"NOPE"}}, wantCode: 1},
-		{name: "exit", req: sandbox.ExecRequest{Cmd: "exit", Args: []string{"3"}}, wantCode: 3},
-		{name: "head -c", req: sandbox.ExecRequest{Cmd: "head", Args: []string{"-c", "3"}, Stdin: strings.NewReader("abcdef")}, wantOut: "abc"},
-		{name: "head -n", req: sandbox.ExecRequest{Cmd: "head", Args: []string{"-n", "1", "dir/f.txt"}}, wantOut: "file content\n"},
-		{name: "whoami", req: sandbox.ExecRequest{Cmd: "whoami", User: "alice"}, wantOut: "alice\n"},
-		{name: "shell", req: sandbox.ExecRequest{Cmd: "echo a; echo b && echo c", Shell: true}, wantOut: "a\nb\nc\n"},
-		{name: "and stops", req: sandbox.ExecRequest{Cmd: "false && echo no; echo $?", Shell: true}, wantOut: "1\n"},
-		{name: "or", req: sandbox.ExecRequest{Cmd: "false || echo yes", Shell: true}, wantOut: "yes\n"},
-		{name: "stderr", req: sandbox.ExecRequest{Cmd: "echo out; echo err >&2; echo err2 1>&2", Shell: true}, wantOut: "out\n", wantErrOut: "err\nerr2\n"},
-		{name: "2>&1", req: sandbox.ExecRequest{Cmd: "cat nope 2>&1", Shell: true}, wantOut: "cat: nope:", wantCode: 1},
-		{name: "quotes", req: sandbox.ExecRequest{Cmd: `echo 'a  b' "c  $SPEC" \$SPEC "" x`, Shell: true}, wantOut: "a  b c  from-spec $SPEC  x\n"},
-		{name: "vars", req: sandbox.ExecRequest{Cmd: `X="1 2"; echo $X ${X}; Y=3 printenv Y; echo "[$Y]"`, Shell: true}, wantOut: "1 2 1 2\n3\n[]\n"},
-		{name: "exit in script", req: sandbox.ExecRequest{Cmd: "echo a; exit 4; echo b", Shell: true}, wantOut: "a\n", wantCode: 4},
-		{name: "sh -c", req: sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo $0 $1", "name", "arg"}}, wantOut: "name arg\n"},
-		{name: "shell args", req: sandbox.ExecRequest{Cmd: "echo $1", Shell: true, Args: []string{"zero", "one"}}, wantOut: "one\n"},
-		{name: "pipe", req: sandbox.ExecRequest{Cmd: "yes | head -c 6", Shell: true}, wantOut: "y\ny\ny\n"},
-		{name: "pipe cat", req: sandbox.ExecRequest{Cmd: "echo hi | cat | cat", Shell: true}, wantOut: "hi\n"},
-		{name: "not found in shell", req: sandbox.ExecRequest{Cmd: "nosuch arg", Shell: true}, wantErrOut: "sh: nosuch: not found\n", wantCode: 127},
-		{name: "syntax error", req: sandbox.ExecRequest{Cmd: "echo 'open", Shell: true}, wantErrOut: "sh: syntax error", wantCode: 2},
-		{name: "background refused", req: sandbox.ExecRequest{Cmd: "sleep 1 &", Shell: true}, wantErrOut: "sh: syntax error: background jobs", wantCode: 2},
-		{name: "test", req: sandbox.ExecRequest{Cmd: "test -f dir/f.txt && [ -d dir ] && ! test -e nope && echo ok", Shell: true}, wantOut: "ok\n"},
-		{name: "cd", req: sandbox.ExecRequest{Cmd: "cd dir; pwd; cat f.txt", Shell: true}, wantOut: "/workspace/dir\nfile content\n"},
-		{name: "newlines", req: sandbox.ExecRequest{Cmd: "echo a &&\n echo b # comment\necho c", Shell: true}, wantOut: "a\nb\nc\n"},
-		{name: "pty", req: sandbox.ExecRequest{Cmd: "echo out; echo err >&2", Shell: true, PTY: &sandbox.PTYSize{Cols: 80, Rows: 24}}, wantOut: "out\nerr\n"},
+		{name: "request", req: sandbox.ExecRequest{Cmd: "show", Args: []string{"a", "b"}, Dir: "dir", User: "alice",
+			Env: map[string]string{"REQ": "r", "BOTH": "req"}, Stdin: strings.NewReader("piped")},
+			wantOut: `["show" "a" "b"] in /workspace/dir as alice: from-spec req r "piped"` + "\n", wantErrOut: "to stderr\n", wantCode: 3},
+		{name: "bin path", req: sandbox.ExecRequest{Cmd: "/usr/bin/show"},
+			wantOut: `["/usr/bin/show"] in /workspace as user: from-spec spec  ""` + "\n", wantErrOut: "to stderr\n", wantCode: 3},
+		{name: "shell", req: sandbox.ExecRequest{Cmd: "echo $1", Shell: true, Args: []string{"zero", "one"}},
+			wantOut: `["sh" "-c" "echo $1" "zero" "one"] in /workspace as user: from-spec spec  ""` + "\n", wantErrOut: "to stderr\n", wantCode: 3},
+		{name: "pty", req: sandbox.ExecRequest{Cmd: "show", PTY: pty, Stdin: strings.NewReader("typed")},
+			wantOut: `["show"] in /workspace as user: from-spec spec  "typed"` + "\nto stderr\n", wantCode: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -547,15 +562,11 @@ func TestFakeExec(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Exec: %v", err)
 			}
-			if st.Code != tt.wantCode || st.Signal != "" {
-				t.Errorf("status %+v, want code %d (stderr %q)", st, tt.wantCode, errOut.String())
+			if st != (sandbox.ExitStatus{Code: tt.wantCode}) {
+				t.Errorf("status %+v, want code %d", st, tt.wantCode)
 			}
-			if !strings.HasPrefix(out.String(), tt.wantOut) || (tt.wantOut == "" && out.Len() > 0) ||
-				(!strings.HasSuffix(tt.wantOut, ":") && out.String() != tt.wantOut) {
-				t.Errorf("stdout %q, want %q", out.String(), tt.wantOut)
-			}
-			if !strings.HasPrefix(errOut.String(), tt.wantErrOut) || (tt.wantErrOut == "" && errOut.Len() > 0) {
-				t.Errorf("stderr %q, want it to start with %q", errOut.String(), tt.wantErrOut)
+			if out.String() != tt.wantOut || errOut.String() != tt.wantErrOut {
+				t.Errorf("stdout %q, stderr %q; want %q, %q", out.String(), errOut.String(), tt.wantOut, tt.wantErrOut)
 			}
 		})
 	}
@@ -721,7 +732,7 @@ func TestFakeStdinAndAttachBuffer(t *testing.T) {
 
 func TestFakeAttachBufferBounded(t *testing.T) {
 	ctx := context.Background()
-	rt := NewFake()
+	rt := programs(New())
 	rt.OutputBuffer = 100
 	sess, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
@@ -819,7 +830,14 @@ func TestFakeDialPort(t *testing.T) {
 func TestFakeConcurrent(t *testing.T) {
 	// Exercised under -race: sessions are safe for concurrent use.
 	ctx := context.Background()
-	_, s := newFakeSession(t, sandbox.Spec{})
+	rt, s := newFakeSession(t, sandbox.Spec{})
+	// A program that uses the file API while the test does.
+	rt.Handle("touch", func(ctx context.Context, p *Proc) int {
+		if p.Session.WriteFile(ctx, p.Args[1], strings.NewReader("x"), 0o644) != nil {
+			return 1
+		}
+		return 0
+	})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
@@ -830,7 +848,7 @@ func TestFakeConcurrent(t *testing.T) {
 				s.WriteFile(ctx, name, strings.NewReader(strings.Repeat("x", j)), 0)
 				fakeRead(s, name)
 				s.List(ctx, ".", 2)
-				s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo hi >> log; cat log | head -c 1", Shell: true})
+				s.Exec(ctx, sandbox.ExecRequest{Cmd: "touch", Args: []string{name + ".log"}})
 			}
 		}()
 	}
@@ -839,4 +857,38 @@ func TestFakeConcurrent(t *testing.T) {
 	if err := s.SnapshotWorkspace(ctx, &snap); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestConformance runs the part of the conformance suite that needs no
+// program (Options.Scripted); the fake's processes are tested above.
+func TestConformance(t *testing.T) {
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return New() }, sandboxtest.Options{
+		Scripted: true,
+		Listen:   listen,
+		Symlink: func(ctx context.Context, s sandbox.Session, target, link string) error {
+			return s.(*Session).Symlink(ctx, target, link)
+		},
+	})
+}
+
+// listen serves an echo server on the fake sandbox's in-memory port.
+func listen(t *testing.T, s sandbox.Session, port int) (stop func()) {
+	fs, ok := s.(*Session)
+	if !ok {
+		t.Fatalf("session is a %T, want *Session", s)
+	}
+	l := fs.Listen(port)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return // closed by stop or by the sandbox stopping
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return func() { _ = l.Close() }
 }
