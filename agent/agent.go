@@ -72,8 +72,7 @@ type SandboxEnv struct {
 }
 
 // Capability gives a sandbox agent tools and instructions for one session:
-// a shell (exec_command, write_stdin), the filesystem (apply_patch,
-// view_image), skills (load_skill). Implementations live in
+// a shell, the filesystem, skills. Implementations live in
 // agent/capabilities.
 type Capability interface {
 	Name() string

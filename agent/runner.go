@@ -281,10 +281,11 @@ func (r *Runner) run(ctx context.Context, a *Agent, st *RunState, cfg RunConfig)
 				root = sb.env.Root
 			}
 			for _, c := range calls {
-				if reason, need := a.Approval(ctx, ApprovalRequest{Tool: c.Name, Arguments: c.Arguments, Root: root}); need {
-					ap := Approval{CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, Reason: reason}
+				t := tools.byName[c.Name]
+				if reason, need := a.Approval(ctx, ApprovalRequest{Tool: c.Name, Arguments: c.Arguments, Root: root, Handler: t}); need {
+					ap := Approval{CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, CallView: describe(t, c.Arguments), Reason: reason}
 					st.Approvals = append(st.Approvals, ap)
-					em.emit(Event{Type: EventApprovalRequested, CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, Approval: &ap})
+					em.emit(Event{Type: EventApprovalRequested, CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, CallView: ap.CallView, Approval: &ap})
 				}
 			}
 		}
@@ -293,6 +294,15 @@ func (r *Runner) run(ctx context.Context, a *Agent, st *RunState, cfg RunConfig)
 			return finish("", nil)
 		}
 	}
+}
+
+// describe is t's view of a call with these arguments; the zero view for
+// a tool that gives none, or no tool.
+func describe(t Tool, arguments string) CallView {
+	if d, ok := t.(Describer); ok {
+		return d.Describe(arguments)
+	}
+	return CallView{}
 }
 
 // answer runs (or reports as rejected) every pending call and appends the
@@ -334,11 +344,7 @@ func (r *Runner) callTool(ctx context.Context, call Item, tools *toolset, em *em
 	defer span.End()
 	start := time.Now()
 	t, ok := tools.byName[call.Name]
-	started := Event{Type: EventToolCallStarted, CallID: call.CallID, Tool: call.Name, Arguments: call.Arguments}
-	if c, isCmd := t.(Commander); ok && isCmd {
-		started.Command = c.Command(call.Arguments)
-	}
-	em.emit(started)
+	em.emit(Event{Type: EventToolCallStarted, CallID: call.CallID, Tool: call.Name, Arguments: call.Arguments, CallView: describe(t, call.Arguments)})
 	var res ToolResult
 	if !ok {
 		names := make([]string, 0, len(tools.specs))

@@ -284,36 +284,6 @@ func TestOwnedSandboxDeletedAtEnd(t *testing.T) {
 	}
 }
 
-func TestRiskyCommand(t *testing.T) {
-	for _, tc := range []struct {
-		cmd, workdir string
-		risky        bool
-	}{
-		{"ls -la", "", false},
-		{"python3 -m pytest -q", "", false},
-		{"rm -rf build", "", true},
-		{"rm -fr /", "", true},
-		{"rm file.txt", "", false},
-		{"apt-get install -y jq", "", true},
-		{"pip install requests", "", true},
-		{"git push origin main", "", true},
-		{"git status", "", false},
-		{"curl https://example.com", "", true},
-		{"echo hi > /etc/motd", "", true},
-		{"echo hi > /workspace/notes.txt", "", false},
-		{"echo hi > out.txt", "", false},
-		{"echo hi > /tmp/x", "", false},
-		{"cp a.txt /usr/local/bin/", "", true},
-		{"ls", "/etc", true},
-		{"sudo id", "", true},
-	} {
-		_, got := agent.RiskyCommand(tc.cmd, tc.workdir, "/workspace")
-		if got != tc.risky {
-			t.Errorf("RiskyCommand(%q, %q) = %v, want %v", tc.cmd, tc.workdir, got, tc.risky)
-		}
-	}
-}
-
 func TestRunStateVersion(t *testing.T) {
 	if _, err := agent.ParseRunState([]byte(`{"version":99}`)); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "version 99") {
 		t.Errorf("err = %v, want a schema version error", err)
@@ -453,3 +423,4 @@ func TestCheckpointAndAbandon(t *testing.T) {
 		t.Errorf("abandoned call's output = %q", got)
 	}
 }
+
