@@ -458,7 +458,8 @@ func (r *Runner) prepare(ctx context.Context, a *Agent, sb *session) (*toolset, 
 
 // openSandbox attaches the session of a sandbox agent: the caller's, the
 // one a resumed state names (reattached, or recreated from its snapshot),
-// or a new one built from the manifest.
+// or a new one built from the manifest; then binds the agent's
+// capabilities to it.
 func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg RunConfig) (*session, error) {
 	if a.Sandbox == nil {
 		return nil, nil
@@ -466,6 +467,9 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 	sc := cfg.Sandbox
 	if sc == nil || (sc.Session == nil && sc.Runtime == nil) {
 		return nil, fmt.Errorf("agent %q is a sandbox agent: set RunConfig.Sandbox to a Session or a Runtime: %w", a.Name, sandbox.ErrInvalid)
+	}
+	if a.Sandbox.Capabilities == nil {
+		return nil, fmt.Errorf("agent %q has no capabilities: set SandboxAgent.Capabilities (agent/capabilities.Default() gives a shell and the filesystem tools; an empty list binds none): %w", a.Name, sandbox.ErrInvalid)
 	}
 	ctx, span := tracer.Start(ctx, "sandbox.open")
 	defer span.End()
@@ -542,13 +546,6 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 	st.Sandbox = &SandboxState{ID: sb.sess.ID(), Spec: info.Spec, Owned: sb.owned}
 
 	caps := a.Sandbox.Capabilities
-	if caps == nil {
-		if DefaultCapabilities == nil {
-			r.dropOwned(ctx, sc, sb)
-			return nil, fmt.Errorf("agent %q has no capabilities: set SandboxAgent.Capabilities or import github.com/cove-sandbox/cove/agent/capabilities: %w", a.Name, sandbox.ErrInvalid)
-		}
-		caps = DefaultCapabilities()
-	}
 	for _, c := range caps {
 		sb.env.Capabilities = append(sb.env.Capabilities, c.Name())
 	}

@@ -424,3 +424,22 @@ func TestCheckpointAndAbandon(t *testing.T) {
 	}
 }
 
+// TestNoCapabilities: a sandbox agent names its capabilities; none is an
+// error that says how to give them, and no sandbox is created for it.
+func TestNoCapabilities(t *testing.T) {
+	ctx := context.Background()
+	rt := sandboxtest.NewFake()
+	a := &agent.Agent{Name: "bare", Model: &scripted{turns: []func(agent.ModelRequest) []agent.Item{say("ok")}}, Sandbox: &agent.SandboxAgent{}}
+	_, err := (&agent.Runner{}).Run(ctx, a, "hi", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt}})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "SandboxAgent.Capabilities") {
+		t.Errorf("err = %v, want ErrInvalid naming SandboxAgent.Capabilities", err)
+	}
+	if infos, _ := rt.List(ctx); len(infos) > 0 {
+		t.Errorf("sandboxes left: %v", infos)
+	}
+	// An empty list is a choice: the agent gets no capability's tools.
+	a.Sandbox.Capabilities = []agent.Capability{}
+	if _, err := (&agent.Runner{}).Run(ctx, a, "hi", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt}}); err != nil {
+		t.Errorf("run with an empty capability list: %v", err)
+	}
+}
