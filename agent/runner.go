@@ -163,6 +163,8 @@ func (r *Runner) logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// run opens the sandbox and gathers the tools of a run from st, runs its
+// turns (running.loop), then closes what it opened.
 func (r *Runner) run(ctx context.Context, a *Agent, st *RunState, cfg RunConfig) (res *Result, err error) {
 	start := time.Now()
 	ctx, span := tracer.Start(ctx, "agent.run", trace.WithAttributes(
