@@ -40,8 +40,10 @@ type SandboxAgent struct {
 	// DefaultManifest builds the workspace when the Runner creates the
 	// sandbox (SandboxRunConfig.Manifest overrides it).
 	DefaultManifest *manifest.Manifest
-	// Capabilities give tools and instructions bound to the session; nil
-	// means DefaultCapabilities() (shell and filesystem).
+	// Capabilities give tools and instructions bound to the session:
+	// agent/capabilities.Default() gives the workspace context, a shell
+	// and the filesystem tools. Nil is an error (the Runner does not
+	// pick tools for an agent); an empty, non-nil slice binds none.
 	Capabilities []Capability
 	// RunAs is the sandbox user the tools act as; "" is the sandbox's
 	// default (an unprivileged user).
@@ -72,8 +74,7 @@ type SandboxEnv struct {
 }
 
 // Capability gives a sandbox agent tools and instructions for one session:
-// a shell (exec_command, write_stdin), the filesystem (apply_patch,
-// view_image), skills (load_skill). Implementations live in
+// a shell, the filesystem, skills. Implementations live in
 // agent/capabilities.
 type Capability interface {
 	Name() string
@@ -88,12 +89,6 @@ type Binding struct {
 	// Close releases what Bind started (background processes); may be nil.
 	Close func(ctx context.Context) error
 }
-
-// DefaultCapabilities returns the capabilities a sandbox agent gets when it
-// names none. Package agent/capabilities sets it when imported (as
-// database/sql drivers register themselves), which keeps package agent
-// free of the tools' dependencies.
-var DefaultCapabilities func() []Capability
 
 // RunConfig tunes one run.
 type RunConfig struct {

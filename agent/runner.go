@@ -163,6 +163,8 @@ func (r *Runner) logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// run opens the sandbox and gathers the tools of a run from st, runs its
+// turns (running.loop), then closes what it opened.
 func (r *Runner) run(ctx context.Context, a *Agent, st *RunState, cfg RunConfig) (res *Result, err error) {
 	start := time.Now()
 	ctx, span := tracer.Start(ctx, "agent.run", trace.WithAttributes(
@@ -174,125 +176,186 @@ func (r *Runner) run(ctx context.Context, a *Agent, st *RunState, cfg RunConfig)
 		}
 		span.End()
 	}()
-	em := &emitter{fn: cfg.OnEvent, turn: st.Turn}
-	em.emit(Event{Type: EventRunStarted, Agent: a.Name})
-	firstNew := len(st.Items)
-	maxTurns := cfg.MaxTurns
-	if maxTurns <= 0 {
-		maxTurns = DefaultMaxTurns
-	}
+	rn := &running{r: r, a: a, st: st, cfg: cfg, start: start, firstNew: len(st.Items),
+		em: &emitter{fn: cfg.OnEvent, turn: st.Turn}}
+	rn.em.emit(Event{Type: EventRunStarted, Agent: a.Name})
 
 	sb, err := r.openSandbox(ctx, a, st, cfg)
 	if err != nil {
-		em.emit(Event{Type: EventRunFinished, Error: err.Error()})
+		rn.em.emit(Event{Type: EventRunFinished, Error: err.Error()})
 		return nil, err
 	}
-	interrupted := false
+	rn.sb = sb
 	defer func() {
 		if sb != nil {
-			r.closeSandbox(ctx, sb, st, cfg, interrupted)
+			r.closeSandbox(ctx, sb, st, cfg, rn.interrupted)
 		}
 	}()
 	tools, instructions, closeTools, err := r.prepare(ctx, a, sb)
 	if err != nil {
-		em.emit(Event{Type: EventRunFinished, Error: err.Error()})
+		rn.em.emit(Event{Type: EventRunFinished, Error: err.Error()})
 		return nil, err
 	}
 	defer closeTools()
+	rn.tools, rn.instructions = tools, instructions
+	return rn.loop(ctx)
+}
 
-	finish := func(out string, runErr error) (*Result, error) {
-		res := &Result{
-			Output:   out,
-			NewItems: slices.Clone(st.Items[min(firstNew, len(st.Items)):]),
-			Usage:    st.Usage,
-			Turns:    st.Turn,
-			State:    st,
-			Duration: time.Since(start),
-		}
-		if sb != nil {
-			res.SandboxID = sb.sess.ID()
-		}
-		res.Cost, res.CostKnown = Cost(a.Model.Name(), st.Usage, cfg.Prices)
-		for _, ap := range st.Approvals {
-			if ap.Decision == "" {
-				res.Interruptions = append(res.Interruptions, ap)
-			}
-		}
-		ev := Event{Type: EventRunFinished, Output: out, Usage: &res.Usage}
-		if res.CostKnown {
-			ev.Cost = &res.Cost
-		}
-		if runErr != nil {
-			ev.Error = runErr.Error()
-		}
-		em.emit(ev)
-		return res, runErr
+// running is one run in progress, from its sandbox and tools being ready
+// to its end: what its turns share.
+type running struct {
+	r            *Runner
+	a            *Agent
+	st           *RunState
+	cfg          RunConfig
+	em           *emitter
+	sb           *session // nil for an agent without a sandbox
+	tools        *toolset
+	instructions string
+	start        time.Time
+	// firstNew is the first item this run added to the conversation.
+	firstNew int
+	// interrupted is set when the run stops to wait for approvals: its
+	// sandbox is then kept for the resume.
+	interrupted bool
+}
+
+// loop calls the model and answers its tool calls, turn by turn, until
+// it answers without calls, a call waits for approval, the turns run out
+// or something fails.
+func (rn *running) loop(ctx context.Context) (*Result, error) {
+	st := rn.st
+	maxTurns := rn.cfg.MaxTurns
+	if maxTurns <= 0 {
+		maxTurns = DefaultMaxTurns
 	}
-
 	for {
 		// Answer the calls of the last response: those resumed after
 		// approval, or those just made.
 		if len(st.Pending) > 0 {
-			if err := r.answer(ctx, a, st, tools, em); err != nil {
-				return finish("", err)
+			if err := rn.r.answer(ctx, rn.a, st, rn.tools, rn.em); err != nil {
+				return rn.finish("", err)
 			}
 		}
-		if cfg.OnCheckpoint != nil {
-			cfg.OnCheckpoint(st)
+		if rn.cfg.OnCheckpoint != nil {
+			rn.cfg.OnCheckpoint(st)
 		}
 		if st.Turn >= maxTurns {
-			return finish("", fmt.Errorf("agent %q: %d turns without a final answer (raise MaxTurns): %w", a.Name, maxTurns, ErrMaxTurns))
+			return rn.finish("", fmt.Errorf("agent %q: %d turns without a final answer (raise MaxTurns): %w", rn.a.Name, maxTurns, ErrMaxTurns))
 		}
 		st.Turn++
-		em.setTurn(st.Turn)
-		em.emit(Event{Type: EventTurnStarted})
-		resp, err := r.callModel(ctx, a, st, instructions, tools, em)
+		rn.em.setTurn(st.Turn)
+		rn.em.emit(Event{Type: EventTurnStarted})
+		resp, err := rn.r.callModel(ctx, rn.a, st, rn.instructions, rn.tools, rn.em)
 		if err != nil {
-			return finish("", err)
+			return rn.finish("", err)
 		}
 		st.Usage = st.Usage.Add(resp.Usage)
 		st.Items = append(st.Items, resp.Output...)
-		var calls []Item
-		var text string
-		for _, it := range resp.Output {
-			switch it.Type {
-			case ItemToolCall:
-				calls = append(calls, it)
-			case ItemMessage:
-				if t := Text(it.Content); t != "" {
-					text = t
-					em.emit(Event{Type: EventMessage, Text: t})
-				}
-			}
-		}
+		calls, text := rn.read(resp)
 		if len(calls) == 0 {
-			if sb != nil && cfg.Sandbox.OnFinish != nil {
-				if err := cfg.Sandbox.OnFinish(ctx, sb.sess); err != nil {
-					return finish(text, fmt.Errorf("finishing sandbox %s: %w", sb.sess.ID(), err))
-				}
-			}
-			return finish(text, nil)
+			return rn.answered(ctx, text)
 		}
 		st.Pending = calls
-		st.Approvals = nil
-		if a.Approval != nil {
-			root := ""
-			if sb != nil {
-				root = sb.env.Root
-			}
-			for _, c := range calls {
-				if reason, need := a.Approval(ctx, ApprovalRequest{Tool: c.Name, Arguments: c.Arguments, Root: root}); need {
-					ap := Approval{CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, Reason: reason}
-					st.Approvals = append(st.Approvals, ap)
-					em.emit(Event{Type: EventApprovalRequested, CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, Approval: &ap})
-				}
-			}
-		}
-		if len(st.Approvals) > 0 {
-			interrupted = true
-			return finish("", nil)
+		if rn.askApprovals(ctx, calls) {
+			rn.interrupted = true
+			return rn.finish("", nil)
 		}
 	}
+}
+
+// read sorts a response's output into the tool calls to answer and the
+// last text message, which it emits.
+func (rn *running) read(resp *ModelResponse) (calls []Item, text string) {
+	for _, it := range resp.Output {
+		switch it.Type {
+		case ItemToolCall:
+			calls = append(calls, it)
+		case ItemMessage:
+			if t := Text(it.Content); t != "" {
+				text = t
+				rn.em.emit(Event{Type: EventMessage, Text: t})
+			}
+		}
+	}
+	return calls, text
+}
+
+// answered ends a run whose model gave its final answer, after handing a
+// created sandbox to OnFinish.
+func (rn *running) answered(ctx context.Context, text string) (*Result, error) {
+	if sb := rn.sb; sb != nil && rn.cfg.Sandbox.OnFinish != nil {
+		if err := rn.cfg.Sandbox.OnFinish(ctx, sb.sess); err != nil {
+			return rn.finish(text, fmt.Errorf("finishing sandbox %s: %w", sb.sess.ID(), err))
+		}
+	}
+	return rn.finish(text, nil)
+}
+
+// askApprovals puts the calls the agent's policy holds back in
+// st.Approvals, each with its tool's view of it, and reports whether
+// there are any.
+func (rn *running) askApprovals(ctx context.Context, calls []Item) bool {
+	st := rn.st
+	st.Approvals = nil
+	if rn.a.Approval == nil {
+		return false
+	}
+	root := ""
+	if rn.sb != nil {
+		root = rn.sb.env.Root
+	}
+	for _, c := range calls {
+		t := rn.tools.byName[c.Name]
+		reason, need := rn.a.Approval(ctx, ApprovalRequest{Tool: c.Name, Arguments: c.Arguments, Root: root, Handler: t})
+		if !need {
+			continue
+		}
+		ap := Approval{CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, CallView: describe(t, c.Arguments), Reason: reason}
+		st.Approvals = append(st.Approvals, ap)
+		rn.em.emit(Event{Type: EventApprovalRequested, CallID: c.CallID, Tool: c.Name, Arguments: c.Arguments, CallView: ap.CallView, Approval: &ap})
+	}
+	return len(st.Approvals) > 0
+}
+
+// finish makes the run's Result and emits run_finished.
+func (rn *running) finish(out string, runErr error) (*Result, error) {
+	st := rn.st
+	res := &Result{
+		Output:   out,
+		NewItems: slices.Clone(st.Items[min(rn.firstNew, len(st.Items)):]),
+		Usage:    st.Usage,
+		Turns:    st.Turn,
+		State:    st,
+		Duration: time.Since(rn.start),
+	}
+	if rn.sb != nil {
+		res.SandboxID = rn.sb.sess.ID()
+	}
+	res.Cost, res.CostKnown = Cost(rn.a.Model.Name(), st.Usage, rn.cfg.Prices)
+	for _, ap := range st.Approvals {
+		if ap.Decision == "" {
+			res.Interruptions = append(res.Interruptions, ap)
+		}
+	}
+	ev := Event{Type: EventRunFinished, Output: out, Usage: &res.Usage}
+	if res.CostKnown {
+		ev.Cost = &res.Cost
+	}
+	if runErr != nil {
+		ev.Error = runErr.Error()
+	}
+	rn.em.emit(ev)
+	return res, runErr
+}
+
+// describe is t's view of a call with these arguments; the zero view for
+// a tool that gives none, or no tool.
+func describe(t Tool, arguments string) CallView {
+	if d, ok := t.(Describer); ok {
+		return d.Describe(arguments)
+	}
+	return CallView{}
 }
 
 // answer runs (or reports as rejected) every pending call and appends the
@@ -334,11 +397,7 @@ func (r *Runner) callTool(ctx context.Context, call Item, tools *toolset, em *em
 	defer span.End()
 	start := time.Now()
 	t, ok := tools.byName[call.Name]
-	started := Event{Type: EventToolCallStarted, CallID: call.CallID, Tool: call.Name, Arguments: call.Arguments}
-	if c, isCmd := t.(Commander); ok && isCmd {
-		started.Command = c.Command(call.Arguments)
-	}
-	em.emit(started)
+	em.emit(Event{Type: EventToolCallStarted, CallID: call.CallID, Tool: call.Name, Arguments: call.Arguments, CallView: describe(t, call.Arguments)})
 	var res ToolResult
 	if !ok {
 		names := make([]string, 0, len(tools.specs))
@@ -452,7 +511,8 @@ func (r *Runner) prepare(ctx context.Context, a *Agent, sb *session) (*toolset, 
 
 // openSandbox attaches the session of a sandbox agent: the caller's, the
 // one a resumed state names (reattached, or recreated from its snapshot),
-// or a new one built from the manifest.
+// or a new one built from the manifest; then binds the agent's
+// capabilities to it.
 func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg RunConfig) (*session, error) {
 	if a.Sandbox == nil {
 		return nil, nil
@@ -460,6 +520,9 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 	sc := cfg.Sandbox
 	if sc == nil || (sc.Session == nil && sc.Runtime == nil) {
 		return nil, fmt.Errorf("agent %q is a sandbox agent: set RunConfig.Sandbox to a Session or a Runtime: %w", a.Name, sandbox.ErrInvalid)
+	}
+	if a.Sandbox.Capabilities == nil {
+		return nil, fmt.Errorf("agent %q has no capabilities: set SandboxAgent.Capabilities (agent/capabilities.Default() gives a shell and the filesystem tools; an empty list binds none): %w", a.Name, sandbox.ErrInvalid)
 	}
 	ctx, span := tracer.Start(ctx, "sandbox.open")
 	defer span.End()
@@ -474,48 +537,11 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 		}
 		sb.sess, sb.owned = sess, st.Sandbox.Owned || sess.ID() != st.Sandbox.ID
 	default:
-		m := sc.Manifest
-		if m == nil {
-			m = a.Sandbox.DefaultManifest
-		}
-		spec := sc.Spec
-		if m != nil {
-			if spec.Root == "" {
-				spec.Root = m.RootDir()
-			}
-			if env := m.Env(); len(env) > 0 {
-				merged := make(map[string]string, len(env)+len(spec.Env))
-				for k, v := range env {
-					merged[k] = v
-				}
-				for k, v := range spec.Env {
-					merged[k] = v
-				}
-				spec.Env = merged
-			}
-		}
-		sess, err := sc.Runtime.Create(ctx, spec)
+		sess, err := r.createSandbox(ctx, a, sc)
 		if err != nil {
-			return nil, fmt.Errorf("creating the sandbox for agent %q: %w", a.Name, err)
+			return nil, err
 		}
 		sb.sess, sb.owned = sess, true
-		if sc.Snapshot != nil {
-			if err := sess.RestoreWorkspace(ctx, bytes.NewReader(sc.Snapshot)); err != nil {
-				_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
-				return nil, fmt.Errorf("restoring the workspace snapshot into sandbox %s: %w", sess.ID(), err)
-			}
-		} else if m != nil {
-			if err := manifest.Apply(ctx, m, sess, sc.ApplyOptions); err != nil {
-				_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
-				return nil, fmt.Errorf("building the workspace of sandbox %s: %w", sess.ID(), err)
-			}
-		}
-		if sc.Prepare != nil {
-			if err := sc.Prepare(ctx, sess); err != nil {
-				_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
-				return nil, fmt.Errorf("preparing sandbox %s: %w", sess.ID(), err)
-			}
-		}
 	}
 	info, err := sb.sess.Info(ctx)
 	if err != nil {
@@ -534,15 +560,70 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 	}
 	sb.env = SandboxEnv{Session: traced{sb.sess}, Root: root, User: a.Sandbox.RunAs, Workdir: wd}
 	st.Sandbox = &SandboxState{ID: sb.sess.ID(), Spec: info.Spec, Owned: sb.owned}
-
-	caps := a.Sandbox.Capabilities
-	if caps == nil {
-		if DefaultCapabilities == nil {
-			r.dropOwned(ctx, sc, sb)
-			return nil, fmt.Errorf("agent %q has no capabilities: set SandboxAgent.Capabilities or import github.com/cove-sandbox/cove/agent/capabilities: %w", a.Name, sandbox.ErrInvalid)
-		}
-		caps = DefaultCapabilities()
+	if err := r.bind(ctx, a.Sandbox.Capabilities, sb); err != nil {
+		r.dropOwned(ctx, sc, sb)
+		return nil, err
 	}
+	return sb, nil
+}
+
+// createSandbox creates a run's sandbox and fills its workspace: from the
+// snapshot if there is one, else from the manifest; then Prepare. A
+// sandbox that fails to get ready is deleted.
+func (r *Runner) createSandbox(ctx context.Context, a *Agent, sc *SandboxRunConfig) (sandbox.Session, error) {
+	m := sc.Manifest
+	if m == nil {
+		m = a.Sandbox.DefaultManifest
+	}
+	sess, err := sc.Runtime.Create(ctx, specWith(sc.Spec, m))
+	if err != nil {
+		return nil, fmt.Errorf("creating the sandbox for agent %q: %w", a.Name, err)
+	}
+	if sc.Snapshot != nil {
+		if err := sess.RestoreWorkspace(ctx, bytes.NewReader(sc.Snapshot)); err != nil {
+			_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
+			return nil, fmt.Errorf("restoring the workspace snapshot into sandbox %s: %w", sess.ID(), err)
+		}
+	} else if m != nil {
+		if err := manifest.Apply(ctx, m, sess, sc.ApplyOptions); err != nil {
+			_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
+			return nil, fmt.Errorf("building the workspace of sandbox %s: %w", sess.ID(), err)
+		}
+	}
+	if sc.Prepare != nil {
+		if err := sc.Prepare(ctx, sess); err != nil {
+			_ = sc.Runtime.Delete(context.WithoutCancel(ctx), sess.ID())
+			return nil, fmt.Errorf("preparing sandbox %s: %w", sess.ID(), err)
+		}
+	}
+	return sess, nil
+}
+
+// specWith is spec with the workspace root and environment of manifest m
+// (nil: spec as is); what spec sets itself wins.
+func specWith(spec sandbox.Spec, m *manifest.Manifest) sandbox.Spec {
+	if m == nil {
+		return spec
+	}
+	if spec.Root == "" {
+		spec.Root = m.RootDir()
+	}
+	if env := m.Env(); len(env) > 0 {
+		merged := make(map[string]string, len(env)+len(spec.Env))
+		for k, v := range env {
+			merged[k] = v
+		}
+		for k, v := range spec.Env {
+			merged[k] = v
+		}
+		spec.Env = merged
+	}
+	return spec
+}
+
+// bind binds caps to sb's session, in order; if one fails, those bound
+// before it are closed.
+func (r *Runner) bind(ctx context.Context, caps []Capability, sb *session) error {
 	for _, c := range caps {
 		sb.env.Capabilities = append(sb.env.Capabilities, c.Name())
 	}
@@ -550,12 +631,11 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 		b, err := c.Bind(ctx, sb.env)
 		if err != nil {
 			r.unbind(ctx, sb)
-			r.dropOwned(ctx, sc, sb)
-			return nil, fmt.Errorf("preparing the %s capability in sandbox %s: %w", c.Name(), sb.sess.ID(), err)
+			return fmt.Errorf("preparing the %s capability in sandbox %s: %w", c.Name(), sb.sess.ID(), err)
 		}
 		sb.bindings = append(sb.bindings, b)
 	}
-	return sb, nil
+	return nil
 }
 
 // reattach finds a saved run's sandbox: still running, stopped (resumed),

@@ -284,36 +284,6 @@ func TestOwnedSandboxDeletedAtEnd(t *testing.T) {
 	}
 }
 
-func TestRiskyCommand(t *testing.T) {
-	for _, tc := range []struct {
-		cmd, workdir string
-		risky        bool
-	}{
-		{"ls -la", "", false},
-		{"python3 -m pytest -q", "", false},
-		{"rm -rf build", "", true},
-		{"rm -fr /", "", true},
-		{"rm file.txt", "", false},
-		{"apt-get install -y jq", "", true},
-		{"pip install requests", "", true},
-		{"git push origin main", "", true},
-		{"git status", "", false},
-		{"curl https://example.com", "", true},
-		{"echo hi > /etc/motd", "", true},
-		{"echo hi > /workspace/notes.txt", "", false},
-		{"echo hi > out.txt", "", false},
-		{"echo hi > /tmp/x", "", false},
-		{"cp a.txt /usr/local/bin/", "", true},
-		{"ls", "/etc", true},
-		{"sudo id", "", true},
-	} {
-		_, got := agent.RiskyCommand(tc.cmd, tc.workdir, "/workspace")
-		if got != tc.risky {
-			t.Errorf("RiskyCommand(%q, %q) = %v, want %v", tc.cmd, tc.workdir, got, tc.risky)
-		}
-	}
-}
-
 func TestRunStateVersion(t *testing.T) {
 	if _, err := agent.ParseRunState([]byte(`{"version":99}`)); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "version 99") {
 		t.Errorf("err = %v, want a schema version error", err)
@@ -451,5 +421,25 @@ func TestCheckpointAndAbandon(t *testing.T) {
 	}
 	if got := lastOutput(m.reqs[len(m.reqs)-1], "c9"); !strings.Contains(got, "not run: the run was cancelled") {
 		t.Errorf("abandoned call's output = %q", got)
+	}
+}
+
+// TestNoCapabilities: a sandbox agent names its capabilities; none is an
+// error that says how to give them, and no sandbox is created for it.
+func TestNoCapabilities(t *testing.T) {
+	ctx := context.Background()
+	rt := sandboxtest.NewFake()
+	a := &agent.Agent{Name: "bare", Model: &scripted{turns: []func(agent.ModelRequest) []agent.Item{say("ok")}}, Sandbox: &agent.SandboxAgent{}}
+	_, err := (&agent.Runner{}).Run(ctx, a, "hi", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt}})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "SandboxAgent.Capabilities") {
+		t.Errorf("err = %v, want ErrInvalid naming SandboxAgent.Capabilities", err)
+	}
+	if infos, _ := rt.List(ctx); len(infos) > 0 {
+		t.Errorf("sandboxes left: %v", infos)
+	}
+	// An empty list is a choice: the agent gets no capability's tools.
+	a.Sandbox.Capabilities = []agent.Capability{}
+	if _, err := (&agent.Runner{}).Run(ctx, a, "hi", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt}}); err != nil {
+		t.Errorf("run with an empty capability list: %v", err)
 	}
 }

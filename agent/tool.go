@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// Tool is something the model can call. Sandbox tools (exec_command,
-// apply_patch, ...), MCP tools and the caller's own functions all implement
-// it.
+// Tool is something the model can call. The sandbox tools (a shell, file
+// editing), MCP tools and the caller's own functions all implement it. A
+// tool may also say how risky a call is (RiskAssessor) and how to show it
+// (Describer).
 type Tool interface {
 	// Spec is the name, description and schema the model sees.
 	Spec() ToolSpec
@@ -34,15 +35,50 @@ type ToolResult struct {
 	// ExitCode is set by tools that run a command that ended.
 	ExitCode *int
 	// SessionID is set by tools whose command is still running after
-	// the call (exec_command's yield); write_stdin continues it.
+	// the call (it yielded); a later call of the tool continues it.
 	SessionID int
 }
 
-// Commander is a Tool whose calls run a command line; the Runner puts it
-// in the tool_call_started event so a viewer can show it.
-type Commander interface {
-	Command(arguments string) string
+// Describer is a Tool that says how to show its calls. The Runner puts
+// the view in the tool_call_started and approval_requested events and in
+// each Approval, so a viewer (cove run's output, the web UI) shows a call
+// without knowing any tool by name. A tool that is not a Describer is
+// shown by its name and arguments.
+type Describer interface {
+	// Describe returns the view of a call with these arguments; for
+	// arguments the tool would reject, what it can (the zero CallView
+	// will do).
+	Describe(arguments string) CallView
 }
+
+// CallView is how to show one tool call: what sort of call it is and,
+// for one that runs a command, its command line.
+type CallView struct {
+	// Kind decides how the call and its result are shown.
+	Kind CallKind `json:"call_kind,omitempty"`
+	// Command is the command line a CallCommand call runs, shown as
+	// "$ command"; "" for one that feeds or polls a command already
+	// running.
+	Command string `json:"command,omitempty"`
+}
+
+// CallKind is what sort of call a CallView shows.
+type CallKind string
+
+const (
+	// CallOther is shown by the tool's name and arguments, and its result
+	// by its first line.
+	CallOther CallKind = ""
+	// CallCommand runs a command, or feeds or polls one still running: it
+	// is shown by its command line, its output arrives as output events,
+	// and it ends with an exit code (ExitCode) or with the command still
+	// running (SessionID).
+	CallCommand CallKind = "command"
+	// CallEdit changes files in the workspace: it is shown by the tool's
+	// name alone (its arguments are the change, which arrives file by file
+	// as file_changed events), and its result only when it failed.
+	CallEdit CallKind = "edit"
+)
 
 // TextResult is a ToolResult with one text output.
 func TextResult(s string) ToolResult {
@@ -114,8 +150,10 @@ type Event struct {
 	CallID    string `json:"call_id,omitempty"`
 	Tool      string `json:"tool,omitempty"`
 	Arguments string `json:"arguments,omitempty"`
-	// Command is the command line of an exec_command call.
-	Command string `json:"command,omitempty"`
+	// CallView is how to show the call, as its tool describes it
+	// (tool_call_started, approval_requested); the tools that run
+	// commands also put the command line on their output events.
+	CallView
 	// Stream ("stdout", "stderr") and Data carry command output.
 	Stream string `json:"stream,omitempty"`
 	Data   string `json:"data,omitempty"`

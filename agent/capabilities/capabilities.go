@@ -1,7 +1,8 @@
 // Package capabilities are the sandbox agent's standard capabilities: the
 // workspace context (base prompt, tree, AGENTS.md, skills index), a shell
 // (exec_command, write_stdin), the filesystem (apply_patch, view_image)
-// and skills (load_skill). Importing it sets agent.DefaultCapabilities.
+// and skills (load_skill). A sandbox agent names the ones it gets in
+// agent.SandboxAgent.Capabilities; Default is the usual choice.
 package capabilities
 
 import (
@@ -12,12 +13,8 @@ import (
 	"github.com/cove-sandbox/cove/agent/tool/workspace"
 )
 
-func init() {
-	agent.DefaultCapabilities = Default
-}
-
-// Default is what a sandbox agent gets when it names no capabilities: the
-// workspace context, a shell and the filesystem tools.
+// Default is the capabilities most sandbox agents want: the workspace
+// context, a shell and the filesystem tools.
 func Default() []agent.Capability {
 	return []agent.Capability{Workspace(), Shell(sandboxtool.Options{}), Filesystem()}
 }

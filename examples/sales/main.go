@@ -25,7 +25,7 @@ import (
 	"strings"
 
 	"github.com/cove-sandbox/cove/agent"
-	_ "github.com/cove-sandbox/cove/agent/capabilities" // shell and filesystem tools
+	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local"
@@ -115,7 +115,7 @@ func run(ctx context.Context, task, outDir string) error {
 		Name:         "sales",
 		Instructions: instructions,
 		Model:        model,
-		Sandbox:      &agent.SandboxAgent{DefaultManifest: Workspace()},
+		Sandbox:      &agent.SandboxAgent{DefaultManifest: Workspace(), Capabilities: capabilities.Default()},
 	}
 	res, err := (&agent.Runner{}).Run(ctx, a, task, agent.RunConfig{
 		Sandbox: &agent.SandboxRunConfig{Runtime: rt, Spec: Spec(templateName),

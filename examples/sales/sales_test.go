@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cove-sandbox/cove/agent"
+	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -400,7 +401,7 @@ func TestSalesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &agent.Agent{Name: "sales", Instructions: instructions, Model: model,
-		Sandbox: &agent.SandboxAgent{DefaultManifest: Workspace()}}
+		Sandbox: &agent.SandboxAgent{DefaultManifest: Workspace(), Capabilities: capabilities.Default()}}
 
 	out := t.TempDir()
 	var saved, missing []string

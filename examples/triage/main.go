@@ -19,7 +19,7 @@ import (
 	"strings"
 
 	"github.com/cove-sandbox/cove/agent"
-	_ "github.com/cove-sandbox/cove/agent/capabilities" // shell and filesystem tools
+	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local"
@@ -64,7 +64,7 @@ func run(ctx context.Context, question string) error {
 		Name:         "triage",
 		Instructions: "You maintain a support-ticket triage service. Inspect the workspace (README, code, docs) before answering, and cite the files you used.",
 		Model:        model,
-		Sandbox:      &agent.SandboxAgent{DefaultManifest: Workspace()},
+		Sandbox:      &agent.SandboxAgent{DefaultManifest: Workspace(), Capabilities: capabilities.Default()},
 	}
 	res, err := (&agent.Runner{}).Run(ctx, a, question, agent.RunConfig{
 		Sandbox: &agent.SandboxRunConfig{Runtime: rt, Spec: sandbox.Spec{Template: "host"}},

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cove-sandbox/cove/agent"
+	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -90,7 +91,7 @@ func TestTriageEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &agent.Agent{Name: "triage", Instructions: "Inspect the workspace before answering.", Model: model,
-		Sandbox: &agent.SandboxAgent{DefaultManifest: Workspace()}}
+		Sandbox: &agent.SandboxAgent{DefaultManifest: Workspace(), Capabilities: capabilities.Default()}}
 
 	var mu sync.Mutex
 	var exits []int

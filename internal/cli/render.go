@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/agent"
-	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 )
 
 // renderer shows a run's events: step by step for a person, or one JSON
@@ -21,15 +20,15 @@ type renderer struct {
 	json    bool
 	inText  bool // a streamed message is being printed
 	lineEnd bool // the last byte printed ended a line
-	// started are the calls that ran (a rejected one never starts), and
-	// calls the one-line summaries of those that waited for approval, to
-	// show what a rejection stopped.
-	started map[string]bool
+	// started are the calls that ran (a rejected one never starts), with
+	// their tools' views of them, and calls the one-line summaries of
+	// those that waited for approval, to show what a rejection stopped.
+	started map[string]agent.CallView
 	calls   map[string]string
 }
 
 func newRenderer(w io.Writer, jsonOut bool) *renderer {
-	return &renderer{w: w, json: jsonOut, lineEnd: true, started: map[string]bool{}, calls: map[string]string{}}
+	return &renderer{w: w, json: jsonOut, lineEnd: true, started: map[string]agent.CallView{}, calls: map[string]string{}}
 }
 
 // remember takes note of the calls a saved run waited for, so that a
@@ -38,7 +37,7 @@ func (r *renderer) remember(aps []agent.Approval) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, ap := range aps {
-		r.calls[ap.CallID] = summarizeCall(ap.Tool, ap.Arguments)
+		r.calls[ap.CallID] = summarizeCall(ap.Tool, ap.Arguments, ap.CallView)
 	}
 }
 
@@ -102,9 +101,9 @@ func (r *renderer) event(e agent.Event) {
 		r.inText = false
 		r.newline()
 	case agent.EventToolCallStarted:
-		r.started[e.CallID] = true
+		r.started[e.CallID] = e.CallView
 		r.newline()
-		r.print(fmt.Sprintf("%s\n", summarizeCall(e.Tool, e.Arguments)))
+		r.print(fmt.Sprintf("%s\n", summarizeCall(e.Tool, e.Arguments, e.CallView)))
 	case agent.EventOutput:
 		r.print(e.Data)
 	case agent.EventFileChanged:
@@ -116,8 +115,9 @@ func (r *renderer) event(e agent.Event) {
 	case agent.EventToolCallFinished:
 		r.newline()
 		d := e.Duration.Round(time.Millisecond)
+		view, ran := r.started[e.CallID]
 		switch {
-		case !r.started[e.CallID]:
+		case !ran:
 			// Rejected: it never ran.
 			what := r.calls[e.CallID]
 			if what == "" {
@@ -130,13 +130,15 @@ func (r *renderer) event(e agent.Event) {
 				mark = "✗"
 			}
 			r.print(fmt.Sprintf("  %s exit %d · %s\n", mark, *e.ExitCode, d))
-		case e.Tool == "exec_command" || e.Tool == "write_stdin":
-			if id := sessionID(e.Result); id != "" {
-				r.print(fmt.Sprintf("  … still running as session %s · %s\n", id, d))
+		case view.Kind == agent.CallCommand:
+			if e.SessionID != 0 {
+				r.print(fmt.Sprintf("  … still running as session %d · %s\n", e.SessionID, d))
 			} else {
 				r.print(fmt.Sprintf("  %s · %s\n", firstLine(e.Result), d))
 			}
-		case e.Tool == "apply_patch":
+		case view.Kind == agent.CallEdit:
+			// The changes were shown as they were made; only a failure
+			// needs a line.
 			if strings.HasPrefix(e.Result, "error") || strings.Contains(e.Result, "rejected") {
 				r.print(fmt.Sprintf("  ✗ %s\n", firstLine(e.Result)))
 			}
@@ -145,7 +147,7 @@ func (r *renderer) event(e agent.Event) {
 		}
 	case agent.EventApprovalRequested:
 		// What waits, and the id that --approve-call takes.
-		what := summarizeCall(e.Tool, e.Arguments)
+		what := summarizeCall(e.Tool, e.Arguments, e.CallView)
 		r.calls[e.CallID] = what
 		r.newline()
 		reason := ""
@@ -171,30 +173,17 @@ func (r *renderer) event(e agent.Event) {
 	}
 }
 
-// summarizeCall is the one line that shows a tool call.
-func summarizeCall(tool, args string) string {
-	switch tool {
-	case "exec_command":
-		return "$ " + sandboxtool.Command(args)
-	case "apply_patch":
-		return "✎ apply_patch"
+// summarizeCall is the one line that shows a tool call, from its tool's
+// view of it: a command by its command line, an edit by the tool's name,
+// anything else by the tool's name and arguments.
+func summarizeCall(tool, args string, v agent.CallView) string {
+	switch {
+	case v.Kind == agent.CallCommand && v.Command != "":
+		return "$ " + v.Command
+	case v.Kind == agent.CallEdit:
+		return "✎ " + tool
 	}
-	return "→ " + tool + " " + summarizeArgs(tool, args)
-}
-
-func summarizeArgs(tool, args string) string {
-	if tool == "exec_command" {
-		return sandboxtool.Command(args)
-	}
-	return clip(strings.Join(strings.Fields(args), " "), 160)
-}
-
-func sessionID(result string) string {
-	const marker = "Process running with session ID "
-	if i := strings.Index(result, marker); i >= 0 {
-		return firstLine(result[i+len(marker):])
-	}
-	return ""
+	return "→ " + tool + " " + clip(strings.Join(strings.Fields(args), " "), 160)
 }
 
 func firstLine(s string) string {

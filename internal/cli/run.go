@@ -503,7 +503,7 @@ func decideFromFlags(st *agent.RunState, approve, reject []string) error {
 // asked.
 func askApprovals(ctx context.Context, st *agent.RunState, in *bufio.Reader, stdout io.Writer) error {
 	for _, ap := range st.Undecided() {
-		fmt.Fprintf(stdout, "%s\n? approve %s (%s)? [y/N] ", termReset, oneLine(summarizeCall(ap.Tool, ap.Arguments)), oneLine(ap.Reason))
+		fmt.Fprintf(stdout, "%s\n? approve %s (%s)? [y/N] ", termReset, oneLine(summarizeCall(ap.Tool, ap.Arguments, ap.CallView)), oneLine(ap.Reason))
 		line, err := readLine(ctx, in)
 		if err != nil && line == "" {
 			return fmt.Errorf("reading your answer: %w", err)

@@ -7,30 +7,49 @@ import (
 	"time"
 )
 
+// chatTurn is one answer laid out as Chat Completions carries it.
+type chatTurn struct {
+	id      string
+	created int64
+	// text is the turn's texts joined; content is null, not "", when the
+	// turn has none (hasText false).
+	text    string
+	hasText bool
+	calls   []resolved
+	finish  string // "stop", or "tool_calls" when the turn calls tools
+	usage   ordered
+}
+
 // complete answers a Chat Completions request, as one chat.completion or
 // as chat.completion.chunk events ending in "data: [DONE]". Reasoning
 // outputs have no place in this API and are left out; the texts of a turn
 // become the one message content.
 func (s *Server) complete(w http.ResponseWriter, req *Request, a answer) {
-	id := fmt.Sprintf("chatcmpl-%d", a.id)
-	created := time.Now().Unix()
+	t := newChatTurn(a)
+	if !req.Stream() {
+		writeChatCompletion(w, req, t)
+		return
+	}
+	streamChatCompletion(w, req, t)
+}
+
+func newChatTurn(a answer) chatTurn {
+	t := chatTurn{id: fmt.Sprintf("chatcmpl-%d", a.id), created: time.Now().Unix(), finish: "stop"}
 	var text strings.Builder
-	var calls []resolved
-	hasText := false
 	for _, o := range a.outputs {
 		switch o.kind {
 		case outText:
 			text.WriteString(o.text)
-			hasText = true
+			t.hasText = true
 		case outCall, outCustom:
-			calls = append(calls, o)
+			t.calls = append(t.calls, o)
 		}
 	}
-	finish := "stop"
-	if len(calls) > 0 {
-		finish = "tool_calls"
+	t.text = text.String()
+	if len(t.calls) > 0 {
+		t.finish = "tool_calls"
 	}
-	usage := ordered{
+	t.usage = ordered{
 		{"prompt_tokens", a.usage.InputTokens},
 		{"completion_tokens", a.usage.OutputTokens},
 		{"total_tokens", a.usage.InputTokens + a.usage.OutputTokens},
@@ -40,40 +59,47 @@ func (s *Server) complete(w http.ResponseWriter, req *Request, a answer) {
 			{"accepted_prediction_tokens", 0}, {"rejected_prediction_tokens", 0},
 		}},
 	}
+	return t
+}
 
-	if !req.Stream() {
-		var content any // null when the model only called tools
-		if hasText {
-			content = text.String()
-		}
-		msg := ordered{{"role", "assistant"}, {"content", content}, {"refusal", nil}, {"annotations", []any{}}}
-		if len(calls) > 0 {
-			var tcs []any
-			for _, c := range calls {
-				tcs = append(tcs, chatToolCall(req, c))
-			}
-			msg = append(msg, field{"tool_calls", tcs})
-		}
-		writeJSON(w, ordered{
-			{"id", id},
-			{"object", "chat.completion"},
-			{"created", created},
-			{"model", req.Model()},
-			{"choices", []any{ordered{{"index", 0}, {"message", msg}, {"logprobs", nil}, {"finish_reason", finish}}}},
-			{"usage", usage},
-			{"service_tier", "default"},
-			{"system_fingerprint", "fp_fake"},
-		})
-		return
+// writeChatCompletion answers a request that did not ask for a stream:
+// one chat.completion object.
+func writeChatCompletion(w http.ResponseWriter, req *Request, t chatTurn) {
+	var content any // null when the model only called tools
+	if t.hasText {
+		content = t.text
 	}
+	msg := ordered{{"role", "assistant"}, {"content", content}, {"refusal", nil}, {"annotations", []any{}}}
+	if len(t.calls) > 0 {
+		var tcs []any
+		for _, c := range t.calls {
+			tcs = append(tcs, chatToolCall(req, c))
+		}
+		msg = append(msg, field{"tool_calls", tcs})
+	}
+	writeJSON(w, ordered{
+		{"id", t.id},
+		{"object", "chat.completion"},
+		{"created", t.created},
+		{"model", req.Model()},
+		{"choices", []any{ordered{{"index", 0}, {"message", msg}, {"logprobs", nil}, {"finish_reason", t.finish}}}},
+		{"usage", t.usage},
+		{"service_tier", "default"},
+		{"system_fingerprint", "fp_fake"},
+	})
+}
 
+// streamChatCompletion answers a streamed request: chat.completion.chunk
+// events with the text in words and each function call's arguments in
+// pieces, the finish reason, the usage when asked for, then [DONE].
+func streamChatCompletion(w http.ResponseWriter, req *Request, t chatTurn) {
 	includeUsage, _ := obj(req.Body["stream_options"])["include_usage"].(bool)
 	startStream(w)
 	chunk := func(choices []any, u any, pad string) {
 		c := ordered{
-			{"id", id},
+			{"id", t.id},
 			{"object", "chat.completion.chunk"},
-			{"created", created},
+			{"created", t.created},
 			{"model", req.Model()},
 			{"service_tier", "default"},
 			{"system_fingerprint", "fp_fake"},
@@ -96,13 +122,13 @@ func (s *Server) complete(w http.ResponseWriter, req *Request, a answer) {
 		first = false
 		return append(ordered{{"role", "assistant"}}, append(d, field{"refusal", nil})...)
 	}
-	if hasText {
+	if t.hasText {
 		delta(head(ordered{{"content", ""}}), nil)
-		for _, p := range words(text.String()) {
+		for _, p := range words(t.text) {
 			delta(ordered{{"content", p}}, nil)
 		}
 	}
-	for i, c := range calls {
+	for i, c := range t.calls {
 		start := chatToolCall(req, c)
 		tc := append(ordered{{"index", i}}, start...)
 		if str(start[1].v) == "function" {
@@ -124,9 +150,9 @@ func (s *Server) complete(w http.ResponseWriter, req *Request, a answer) {
 	if first {
 		delta(head(ordered{{"content", ""}}), nil) // an empty answer still says who speaks
 	}
-	delta(ordered{}, finish)
+	delta(ordered{}, t.finish)
 	if includeUsage {
-		chunk([]any{}, usage, "usage")
+		chunk([]any{}, t.usage, "usage")
 	}
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 	if f, ok := w.(http.Flusher); ok {

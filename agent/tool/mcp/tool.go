@@ -13,7 +13,10 @@ import (
 	"github.com/cove-sandbox/cove/agent"
 )
 
-var _ agent.Tool = (*Tool)(nil)
+var (
+	_ agent.Tool         = (*Tool)(nil)
+	_ agent.RiskAssessor = (*Tool)(nil)
+)
 
 // Tool is one tool of a connected MCP server.
 type Tool struct {
@@ -31,6 +34,15 @@ func (t *Tool) Server() string { return t.conn.server.Name }
 
 // Name is the tool's name on its server (Spec().Name is the namespaced one).
 func (t *Tool) Name() string { return t.name }
+
+// Risk implements agent.RiskAssessor: every call is risky, since the
+// server acts outside the sandbox. The tool's annotations (readOnlyHint,
+// destructiveHint) are not trusted to say otherwise: the MCP specification
+// tells clients not to decide on the hints of a server they do not trust,
+// and Cove cannot know which servers those are.
+func (t *Tool) Risk(arguments, root string) (string, bool) {
+	return fmt.Sprintf("the tool %s of the MCP server %s acts outside the sandbox", t.spec.Name, t.conn.server.Name), true
+}
 
 // ToolError is the error Call returns when the server ran the tool and
 // reported that it failed (an isError result). Its message is what the

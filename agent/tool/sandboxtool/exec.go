@@ -122,7 +122,7 @@ func (t *Tools) execCommand(ctx context.Context, call agent.ToolCall) (agent.Too
 		return agent.ToolResult{}, err
 	}
 	defer p.release()
-	base := agent.Event{CallID: call.ID, Tool: call.Name, Command: a.cmd}
+	base := agent.Event{CallID: call.ID, Tool: call.Name, CallView: agent.CallView{Command: a.cmd}}
 	exited, out, err := p.collect(ctx, a.yield, call.Emit, base)
 	if err != nil {
 		return agent.ToolResult{}, err // the process stays for Close
@@ -227,7 +227,7 @@ func (t *Tools) writeStdin(ctx context.Context, call agent.ToolCall) (agent.Tool
 	if a.chars == "" {
 		yield = max(yield, minEmptyYield) // a bare poll waits longer, as the SDK's
 	}
-	base := agent.Event{CallID: call.ID, Tool: call.Name, Command: p.cmd, SessionID: p.id}
+	base := agent.Event{CallID: call.ID, Tool: call.Name, CallView: agent.CallView{Command: p.cmd}, SessionID: p.id}
 	exited, out, err := p.collect(ctx, yield, call.Emit, base)
 	if err != nil {
 		return agent.ToolResult{}, err

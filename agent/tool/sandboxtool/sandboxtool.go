@@ -154,14 +154,20 @@ func New(sess sandbox.Session, opts Options) *Tools {
 	return &Tools{sess: sess, opts: opts, log: log, procs: map[int]*process{}, gone: map[int]string{}}
 }
 
-// ExecCommand is the exec_command tool. Its value also has a method
-// Command(arguments string) string, as the package-level Command.
+// ExecCommand is the exec_command tool. It judges its calls
+// (agent.RiskAssessor: RiskyCommand) and shows each as its command line
+// (agent.Describer); it also has a method Command(arguments string)
+// string, as the package-level Command.
 func (t *Tools) ExecCommand() agent.Tool { return execTool{t} }
 
-// WriteStdin is the write_stdin tool.
-func (t *Tools) WriteStdin() agent.Tool { return tool{spec: writeStdinSpec, call: t.writeStdin} }
+// WriteStdin is the write_stdin tool. Its calls are never risky (they feed
+// a command exec_command started) and are shown as a command's.
+func (t *Tools) WriteStdin() agent.Tool {
+	return tool{spec: writeStdinSpec, call: t.writeStdin, view: agent.CallView{Kind: agent.CallCommand}}
+}
 
-// ViewImage is the view_image tool.
+// ViewImage is the view_image tool. Its calls are never risky: it only
+// reads.
 func (t *Tools) ViewImage() agent.Tool { return tool{spec: viewImageSpec, call: t.viewImage} }
 
 // All returns exec_command, write_stdin and view_image.
@@ -195,21 +201,32 @@ func (t *Tools) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// tool adapts a function to agent.Tool.
+// tool adapts a function to agent.Tool, with the view of its calls.
 type tool struct {
 	spec func() agent.ToolSpec
 	call func(context.Context, agent.ToolCall) (agent.ToolResult, error)
+	view agent.CallView
 }
 
 func (t tool) Spec() agent.ToolSpec { return t.spec() }
+
+// Describe implements agent.Describer.
+func (t tool) Describe(string) agent.CallView { return t.view }
 
 func (t tool) Call(ctx context.Context, c agent.ToolCall) (agent.ToolResult, error) {
 	return t.call(ctx, c)
 }
 
-// execTool is exec_command; it has its own type for its Command method,
-// which a runner or CLI can find by type assertion.
+// execTool is exec_command; it has its own type to judge and show its
+// calls by their command line.
 type execTool struct{ t *Tools }
+
+var (
+	_ agent.RiskAssessor = execTool{}
+	_ agent.Describer    = execTool{}
+	_ agent.RiskAssessor = tool{}
+	_ agent.Describer    = tool{}
+)
 
 func (e execTool) Spec() agent.ToolSpec { return execCommandSpec() }
 
@@ -220,6 +237,12 @@ func (e execTool) Call(ctx context.Context, c agent.ToolCall) (agent.ToolResult,
 // Command returns the command line of an exec_command call, as the
 // package-level Command.
 func (execTool) Command(arguments string) string { return Command(arguments) }
+
+// Describe implements agent.Describer: a call is shown as the command
+// line it runs.
+func (execTool) Describe(arguments string) agent.CallView {
+	return agent.CallView{Kind: agent.CallCommand, Command: Command(arguments)}
+}
 
 // Command returns the command line ("cmd") of exec_command arguments, for
 // display; "" when they hold none.

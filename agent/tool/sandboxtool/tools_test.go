@@ -183,7 +183,7 @@ func TestExecEvents(t *testing.T) {
 		ev.Time = time.Time{}
 		got = append(got, ev)
 	}
-	base := agent.Event{Type: agent.EventOutput, CallID: "call-1", Tool: "exec_command", Command: "echo out; echo err >&2"}
+	base := agent.Event{Type: agent.EventOutput, CallID: "call-1", Tool: "exec_command", CallView: agent.CallView{Command: "echo out; echo err >&2"}}
 	out, errEv := base, base
 	out.Stream, out.Data = "stdout", "out\n"
 	errEv.Stream, errEv.Data = "stderr", "err\n"

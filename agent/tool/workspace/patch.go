@@ -44,6 +44,22 @@ type applyPatchTool struct {
 	sess sandbox.Session
 }
 
+var (
+	_ agent.RiskAssessor = (*applyPatchTool)(nil)
+	_ agent.Describer    = (*applyPatchTool)(nil)
+)
+
+// Risk implements agent.RiskAssessor: a patch is never risky, since every
+// path it names is confined to the workspace and it is applied all or
+// nothing.
+func (t *applyPatchTool) Risk(arguments, root string) (string, bool) { return "", false }
+
+// Describe implements agent.Describer: a patch is an edit, whose changes
+// are shown file by file as they are made (agent.EventFileChanged).
+func (t *applyPatchTool) Describe(string) agent.CallView {
+	return agent.CallView{Kind: agent.CallEdit}
+}
+
 func (t *applyPatchTool) Spec() agent.ToolSpec {
 	return agent.ToolSpec{
 		Name:        applypatch.Name,

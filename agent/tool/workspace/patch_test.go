@@ -254,3 +254,20 @@ func TestApplyPatchModes(t *testing.T) {
 		t.Errorf("new file mode %o, want 644", got)
 	}
 }
+
+// TestRiskAndView: under agent.ApproveRisky apply_patch and load_skill
+// never wait (a patch stays in the workspace; a skill is only read), and
+// a patch is shown as an edit.
+func TestRiskAndView(t *testing.T) {
+	sess := newSession(t, nil)
+	for _, tool := range []agent.Tool{ApplyPatch(sess), LoadSkill(sess, nil)} {
+		name := tool.Spec().Name
+		if reason, need := agent.ApproveRisky(context.Background(), agent.ApprovalRequest{Tool: name, Arguments: "*** Begin Patch\n*** Delete File: /etc/passwd\n*** End Patch\n", Root: "/workspace", Handler: tool}); need {
+			t.Errorf("ApproveRisky(%s) = %q, want no approval", name, reason)
+		}
+	}
+	d, ok := ApplyPatch(sess).(agent.Describer)
+	if !ok || d.Describe("*** Begin Patch\n") != (agent.CallView{Kind: agent.CallEdit}) {
+		t.Errorf("apply_patch is not described as an edit")
+	}
+}

@@ -267,6 +267,12 @@ type loadSkillTool struct {
 	skills []Skill
 }
 
+var _ agent.RiskAssessor = (*loadSkillTool)(nil)
+
+// Risk implements agent.RiskAssessor: loading a skill only reads the
+// workspace.
+func (t *loadSkillTool) Risk(arguments, root string) (string, bool) { return "", false }
+
 // maxSkillFiles bounds the file list load_skill returns.
 const maxSkillFiles = 100
 

@@ -1,0 +1,80 @@
+package sandboxtool
+
+// How the tools judge their calls for agent.ApproveRisky. Only
+// exec_command can act beyond the workspace; write_stdin feeds a command
+// already judged, and view_image only reads.
+
+import (
+	"encoding/json"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Risk implements agent.RiskAssessor: an exec_command call is judged by
+// its command line and workdir (RiskyCommand). Arguments that are not an
+// object with a string cmd are not risky: the tool rejects them.
+func (execTool) Risk(arguments, root string) (string, bool) {
+	var args struct {
+		Cmd     string `json:"cmd"`
+		Workdir string `json:"workdir"`
+	}
+	if json.Unmarshal([]byte(arguments), &args) != nil {
+		return "", false
+	}
+	return RiskyCommand(args.Cmd, args.Workdir, root)
+}
+
+// Risk implements agent.RiskAssessor: write_stdin and view_image are
+// never risky.
+func (tool) Risk(arguments, root string) (string, bool) { return "", false }
+
+// riskyCommands are the patterns of command lines that wait for approval
+// under agent.ApproveRisky, with the reason the user is shown.
+var riskyCommands = []struct {
+	re     *regexp.Regexp
+	reason string
+}{
+	{regexp.MustCompile(`\brm\s+(-[a-zA-Z]*[rR][a-zA-Z]*\s+-?[a-zA-Z]*f|-[a-zA-Z]*f[a-zA-Z]*\s+-[a-zA-Z]*[rR]|-[a-zA-Z]*([rR][a-zA-Z]*f|f[a-zA-Z]*[rR])|--recursive|-[a-zA-Z]*[rR])`), "deletes recursively"},
+	{regexp.MustCompile(`\b(apt|apt-get|aptitude|dpkg\s+-i|yum|dnf|apk\s+add|pip3?\s+install|python3?\s+-m\s+pip\s+install|npm\s+(i|install|ci)|yarn\s+add|pnpm\s+add|gem\s+install|cargo\s+install|go\s+install)\b`), "installs packages"},
+	{regexp.MustCompile(`\bgit\s+(push|remote\s+add|fetch|pull|clone)\b`), "talks to a git remote"},
+	{regexp.MustCompile(`\b(curl|wget|ssh|scp|sftp|rsync|nc|ncat|netcat|telnet|ftp)\b`), "uses the network"},
+	{regexp.MustCompile(`\b(sudo|su|doas|chown|chmod\s+[-+=0-7a-z]*s)\b`), "changes privileges or ownership"},
+	{regexp.MustCompile(`\b(mkfs|dd|shutdown|reboot|kill\s+-9\s+1\b|mount|umount)\b`), "touches the system"},
+}
+
+// absWrite finds redirections and common writers aimed at an absolute path.
+var absWrite = regexp.MustCompile(`(?:>>?|\btee\s+(?:-a\s+)?|\b(?:cp|mv|install|ln)\s+(?:-\S+\s+)*\S+\s+)\s*(/[^\s;|&)]*)`)
+
+// RiskyCommand is exec_command's judgement of a shell command line run in
+// workdir, in a workspace at root ("" when unknown), for
+// agent.ApproveRisky: the commands that delete recursively, install
+// packages, reach the network or a git remote, change privileges or touch
+// the system, and, with a root, those run or writing outside the workspace
+// (/tmp and /dev/null excepted). It returns the reason when the command is
+// risky.
+func RiskyCommand(cmd, workdir, root string) (string, bool) {
+	for _, r := range riskyCommands {
+		if r.re.MatchString(cmd) {
+			return r.reason, true
+		}
+	}
+	if root != "" {
+		if workdir != "" && path.IsAbs(workdir) && !within(root, workdir) {
+			return "runs outside the workspace (" + workdir + ")", true
+		}
+		for _, m := range absWrite.FindAllStringSubmatch(cmd, -1) {
+			p := m[1]
+			if p == "/dev/null" || strings.HasPrefix(p, "/tmp/") || p == "/tmp" || within(root, p) {
+				continue
+			}
+			return "writes outside the workspace (" + p + ")", true
+		}
+	}
+	return "", false
+}
+
+func within(root, p string) bool {
+	p, root = path.Clean(p), path.Clean(root)
+	return p == root || strings.HasPrefix(p, root+"/") || root == "/"
+}
