@@ -333,7 +333,7 @@ export async function runView(ctx, id) {
         const head = ev.command
           ? h('div', {class: 'head'}, h('span', {class: 'prompt'}, '$ '), h('code', {}, ev.command))
           : h('div', {class: 'head'}, h('strong', {}, ev.tool || 'tool'),
-            ev.arguments && ev.tool !== 'apply_patch' ? h('code', {class: 'args-inline'}, ` ${ev.arguments.slice(0, 300)}`) : null);
+            ev.arguments && ev.call_kind !== 'edit' ? h('code', {class: 'args-inline'}, ` ${ev.arguments.slice(0, 300)}`) : null);
         const card = h('div', {class: 'event call', 'data-call': ev.call_id || ''}, head, out, status);
         const c = {card, out, status, writers: {stdout: new AnsiWriter(out), stderr: new AnsiWriter(out, 'stderr')}, any: false};
         if (ev.call_id) calls.set(ev.call_id, c);
