@@ -1,6 +1,7 @@
 // Package cli implements cove's subcommands, flags and terminal output.
-// It is the one place (with internal/app, later) that picks concrete
-// runtimes; everything it does is reachable from tests via Run.
+// What they run on (runtime, store, model, server) comes from
+// internal/app, the wiring; everything cli does is reachable from tests
+// via Run.
 package cli
 
 import (
