@@ -11,8 +11,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/cove-sandbox/cove/guest"
-	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/internal/app"
 )
 
 // ErrUsage means the command line was wrong; the usage has been printed.
@@ -79,15 +78,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ErrUsage
 	}
 	switch args[0] {
-	case "guest":
-		// Hidden: the in-sandbox daemon, started by runtimes.
-		return guest.Main(ctx, args[1:], stderr)
-	case "local-shim":
-		// Hidden: a local sandbox's supervisor.
-		return local.ShimMain(ctx, args[1:], stderr)
-	case "local-init":
-		// Hidden: a local sandbox's pid 1.
-		return local.InitMain(ctx, args[1:], stderr)
+	case "guest", "local-shim", "local-init":
+		// Hidden: the in-sandbox daemon, and a local sandbox's
+		// supervisor and pid 1, started by runtimes.
+		_, err := app.Role(ctx, args[0], args[1:], stderr)
+		return err
 	case "sandbox":
 		return sandboxCmd(ctx, args[1:], stdout, stderr)
 	case "template":
