@@ -33,9 +33,9 @@ func DataDir(override string) string {
 	return filepath.Join(os.TempDir(), "cove")
 }
 
-// Server is where a command's sandboxes are: flag (--server) when given,
+// ServerURL is where a command's sandboxes are: flag (--server) when given,
 // else $COVE_SERVER; "" is this machine.
-func Server(flag string) string {
+func ServerURL(flag string) string {
 	if flag != "" {
 		return flag
 	}

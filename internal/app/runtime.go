@@ -93,7 +93,7 @@ func RemoteRuntime(url string) (*remote.Runtime, error) {
 // SandboxRuntime is what `cove sandbox` works on: a Cove server when
 // server (--server) or COVE_SERVER names one, else the local runtime.
 func SandboxRuntime(stateDir, server string) (sandbox.Runtime, error) {
-	if u := Server(server); u != "" {
+	if u := ServerURL(server); u != "" {
 		return RemoteRuntime(u)
 	}
 	return Local(stateDir)
@@ -118,7 +118,7 @@ func Machine(stateDir string) (rt sandbox.Runtime, fallback error, err error) {
 // that server (--server) or COVE_SERVER names, else on this machine
 // (Machine).
 func AgentRuntime(stateDir, server string) (sandbox.Runtime, Kind, error) {
-	if u := Server(server); u != "" {
+	if u := ServerURL(server); u != "" {
 		rt, err := RemoteRuntime(u)
 		return rt, Remote, err
 	}

@@ -35,7 +35,7 @@ type ServeConfig struct {
 	// Server is the server's configuration. Runtime and Store are made
 	// here: the local runtime, SQLite in DataDir/cove.db. An empty
 	// DataDir is StateDir's "server"; an empty BaseURL is
-	// http(s)://the address listened on; Logger must be set.
+	// http(s)://the address listened on; a nil Logger discards.
 	Server server.Config
 	// Admin, when set, is told the first admin key (made on the first
 	// start only) and the server's URL, before it serves.
@@ -99,6 +99,9 @@ type running struct {
 // with the runtime and starts the server's loops and pool.
 func openServer(ctx context.Context, cfg *ServeConfig) (*running, error) {
 	sc := &cfg.Server
+	if sc.Logger == nil {
+		sc.Logger = slog.New(slog.DiscardHandler)
+	}
 	if sc.DataDir == "" {
 		sc.DataDir = filepath.Join(DataDir(cfg.StateDir), "server")
 	}
