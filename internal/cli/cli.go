@@ -59,6 +59,8 @@ Usage:
 
 Environment:
   COVE_HOME        state directory (default ~/.local/share/cove, or /var/lib/cove as root)
+  COVE_SERVER      a Cove server for cove sandbox and cove run to make their sandboxes on (and cove key)
+  COVE_API_KEY     the API key for COVE_SERVER
   OPENAI_API_KEY   the model API key for cove run (it stays on the host, never in a sandbox)
   OPENAI_BASE_URL  an OpenAI-compatible server for cove run (Ollama, vLLM, LM Studio)
   COVE_MODEL       the model cove run uses (default gpt-5.1)
