@@ -12,9 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
 )
 
 // bench measures the daemon's hot paths from a real sandbox and prints a
@@ -41,14 +40,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cmd, err := sandboxbin.Command(filepath.Join(dataDir(""), "bin"))
-	if err != nil {
-		return err
-	}
-	if cmd != nil {
-		cmd = append(cmd, "guest")
-	}
-	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "rt"), GuestCommand: cmd})
+	rt, err := app.BenchHostproc(filepath.Join(dir, "rt"))
 	if err != nil {
 		return err
 	}

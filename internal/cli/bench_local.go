@@ -14,9 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/local"
 )
 
 // benchLocal measures the local runtime against its peers run side by side
@@ -32,47 +31,72 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dataDir(""), "bin"))
+	rt, err := app.BenchLocal(filepath.Join(dir, "sb"), 0)
 	if err != nil {
 		return err
 	}
-	rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), Command: shimCmd, InitCommand: initCmd})
-	if err != nil {
-		return err
-	}
-	var rows [][]string
-	add := func(cols ...string) { rows = append(rows, cols) }
-
-	// create -> first output
+	b := &localBench{rt: rt}
 	fmt.Fprintf(stderr, "→ create -> first output, %d runs each\n", n)
-	coveT, err := timeN(n, func() error { return createAndEcho(ctx, rt) }, func() {
-		infos, _ := rt.List(ctx)
-		for _, in := range infos {
-			rt.Delete(ctx, in.ID)
-		}
-	})
+	if err := b.createFirstOutput(ctx, n, dir, stderr); err != nil {
+		return err
+	}
+	if err := b.execAndSnapshot(ctx, n, dir, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, "→ 100 sandboxes at once")
+	b.hundred(ctx)
+
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\truntime\tp50\tp99\tvs cove\ttarget")
+	for _, r := range b.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// benchRuntime is what the bench uses of the local runtime beyond the
+// contract: its pool, and the processes and memory of a sandbox.
+type benchRuntime interface {
+	sandbox.Runtime
+	WaitPool()
+	DrainPool(ctx context.Context) error
+	Processes(id string) ([]int, error)
+	MemoryUsage(id string) (int64, error)
+}
+
+// localBench is a run of the local runtime's bench: the runtime and the
+// table's rows so far.
+type localBench struct {
+	rt   benchRuntime
+	rows [][]string
+}
+
+func (b *localBench) add(cols ...string) { b.rows = append(b.rows, cols) }
+
+// createFirstOutput times create -> the first output of `echo hi` on the
+// local runtime, on one with a warm pool, and on each peer.
+func (b *localBench) createFirstOutput(ctx context.Context, n int, dir string, stderr io.Writer) error {
+	rt := b.rt
+	coveT, err := timeN(n, func() error { return createAndEcho(ctx, rt) }, func() { deleteAll(ctx, rt) })
 	if err != nil {
 		return err
 	}
-	add("create→first output (host)", "cove local", ms(coveT.p50), ms(coveT.p99), "1.00x", "p50 < 15ms, p99 < 50ms")
+	b.add("create→first output (host)", "cove local", ms(coveT.p50), ms(coveT.p99), "1.00x", "p50 < 15ms, p99 < 50ms")
 	// With a warm pool of 2, refilled between runs (untimed).
-	prt, err := local.New(local.Config{Dir: filepath.Join(dir, "pool"), Pool: 2, Command: shimCmd, InitCommand: initCmd})
+	prt, err := app.BenchLocal(filepath.Join(dir, "pool"), 2)
 	if err != nil {
 		return err
 	}
 	prt.Create(ctx, sandbox.Spec{}) // fills the pool
 	poolT, err := timeN(n, func() error { return createAndEcho(ctx, prt) }, func() {
-		infos, _ := prt.List(ctx)
-		for _, in := range infos {
-			prt.Delete(ctx, in.ID)
-		}
+		deleteAll(ctx, prt)
 		prt.WaitPool()
 	})
 	prt.DrainPool(ctx)
 	if err != nil {
 		return err
 	}
-	add("", "cove local, warm pool", ms(poolT.p50), ms(poolT.p99), fmt.Sprintf("%.2fx", float64(poolT.p50)/float64(coveT.p50)), "")
+	b.add("", "cove local, warm pool", ms(poolT.p50), ms(poolT.p99), fmt.Sprintf("%.2fx", float64(poolT.p50)/float64(coveT.p50)), "")
 	for _, peer := range peers(dir) {
 		if peer.missing != "" {
 			fmt.Fprintf(stderr, "  %s: skipped: %s\n", peer.name, peer.missing)
@@ -91,10 +115,23 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "  %s: failed: %v\n", peer.name, err)
 			continue
 		}
-		add("", peer.name, ms(pt.p50), ms(pt.p99), fmt.Sprintf("%.2fx", float64(pt.p50)/float64(coveT.p50)), "")
+		b.add("", peer.name, ms(pt.p50), ms(pt.p99), fmt.Sprintf("%.2fx", float64(pt.p50)/float64(coveT.p50)), "")
 	}
+	return nil
+}
 
-	// exec round trip
+// deleteAll deletes every sandbox of rt.
+func deleteAll(ctx context.Context, rt sandbox.Runtime) {
+	infos, _ := rt.List(ctx)
+	for _, in := range infos {
+		rt.Delete(ctx, in.ID)
+	}
+}
+
+// execAndSnapshot times exec round trips in a running sandbox, then a
+// snapshot of 100 MB in 1000 files and its restore into another.
+func (b *localBench) execAndSnapshot(ctx context.Context, n int, dir string, stderr io.Writer) error {
+	rt := b.rt
 	s, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
 		return err
@@ -107,9 +144,8 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	add("exec true (running sandbox)", "cove local", ms(et.p50), ms(et.p99), "", "p50 < 2ms")
+	b.add("exec true (running sandbox)", "cove local", ms(et.p50), ms(et.p99), "", "p50 < 2ms")
 
-	// snapshot and restore of 100 MB in 1000 files
 	fmt.Fprintln(stderr, "→ writing 100 MB in 1000 files for the snapshot test")
 	if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c",
 		"mkdir -p data && i=0; while [ $i -lt 1000 ]; do head -c 104857 /dev/urandom > data/f$i; i=$((i+1)); done"}}); err != nil {
@@ -138,14 +174,18 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	restT := time.Since(t0)
-	add("snapshot 100 MB / 1000 files", "cove local", fmt.Sprintf("%.0f MB/s", float64(size)/snapT.Seconds()/1e6), "", "", ">= 200 MB/s")
-	add("restore 100 MB / 1000 files", "cove local", fmt.Sprintf("%.0f MB/s", float64(size)/restT.Seconds()/1e6), "", "", ">= 200 MB/s")
+	b.add("snapshot 100 MB / 1000 files", "cove local", fmt.Sprintf("%.0f MB/s", float64(size)/snapT.Seconds()/1e6), "", "", ">= 200 MB/s")
+	b.add("restore 100 MB / 1000 files", "cove local", fmt.Sprintf("%.0f MB/s", float64(size)/restT.Seconds()/1e6), "", "", ">= 200 MB/s")
 	rt.Delete(ctx, s.ID())
 	rt.Delete(ctx, s2.ID())
+	return nil
+}
 
-	// 100 at once
-	fmt.Fprintln(stderr, "→ 100 sandboxes at once")
-	t0 = time.Now()
+// hundred starts 100 sandboxes at once, each answering an exec, and
+// measures the time and their idle memory.
+func (b *localBench) hundred(ctx context.Context) {
+	rt := b.rt
+	t0 := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
 	ids := make(chan string, 100)
@@ -187,32 +227,22 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 			cgCount++
 		}
 	}
-	add("100 sandboxes at once, all answering", "cove local", all.Round(time.Millisecond).String(), fmt.Sprintf("%d failed", failed), "", "< 2s")
+	b.add("100 sandboxes at once, all answering", "cove local", all.Round(time.Millisecond).String(), fmt.Sprintf("%d failed", failed), "", "< 2s")
 	if count > 0 {
 		// RSS counts the binary's pages that all sandboxes share; PSS
 		// splits them, so it is what one more sandbox costs.
-		add("idle memory per sandbox (shim+init)", "cove local", fmt.Sprintf("PSS %.1f MB", float64(pss)/float64(count)/1e6), fmt.Sprintf("RSS %.1f MB", float64(rss)/float64(count)/1e6), "", "< 10 MB")
+		b.add("idle memory per sandbox (shim+init)", "cove local", fmt.Sprintf("PSS %.1f MB", float64(pss)/float64(count)/1e6), fmt.Sprintf("RSS %.1f MB", float64(rss)/float64(count)/1e6), "", "< 10 MB")
 	}
 	if cgCount > 0 {
 		// pid 1's cgroup (the supervisor stays outside it).
-		add("idle memory per sandbox (its cgroup)", "cove local", fmt.Sprintf("%.1f MB", float64(cg)/float64(cgCount)/1e6), "", "", "< 10 MB")
+		b.add("idle memory per sandbox (its cgroup)", "cove local", fmt.Sprintf("%.1f MB", float64(cg)/float64(cgCount)/1e6), "", "", "< 10 MB")
 	}
-	infos, _ := rt.List(ctx)
-	for _, in := range infos {
-		rt.Delete(ctx, in.ID)
-	}
-
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "measure\truntime\tp50\tp99\tvs cove\ttarget")
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return tw.Flush()
+	deleteAll(ctx, rt)
 }
 
 // createAndEcho creates a sandbox and waits for a command's output: what
 // "create -> first output" measures.
-func createAndEcho(ctx context.Context, rt *local.Runtime) error {
+func createAndEcho(ctx context.Context, rt sandbox.Runtime) error {
 	s, err := rt.Create(ctx, sandbox.Spec{})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 // Package cli implements cove's subcommands, flags and terminal output.
-// It is the one place (with internal/app, later) that picks concrete
-// runtimes; everything it does is reachable from tests via Run.
+// What they run on (runtime, store, model, server) comes from
+// internal/app, the wiring; everything cli does is reachable from tests
+// via Run.
 package cli
 
 import (
@@ -10,8 +11,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/cove-sandbox/cove/guest"
-	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/internal/app"
 )
 
 // ErrUsage means the command line was wrong; the usage has been printed.
@@ -59,6 +59,8 @@ Usage:
 
 Environment:
   COVE_HOME        state directory (default ~/.local/share/cove, or /var/lib/cove as root)
+  COVE_SERVER      a Cove server for cove sandbox and cove run to make their sandboxes on (and cove key)
+  COVE_API_KEY     the API key for COVE_SERVER
   OPENAI_API_KEY   the model API key for cove run (it stays on the host, never in a sandbox)
   OPENAI_BASE_URL  an OpenAI-compatible server for cove run (Ollama, vLLM, LM Studio)
   COVE_MODEL       the model cove run uses (default gpt-5.1)
@@ -78,15 +80,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ErrUsage
 	}
 	switch args[0] {
-	case "guest":
-		// Hidden: the in-sandbox daemon, started by runtimes.
-		return guest.Main(ctx, args[1:], stderr)
-	case "local-shim":
-		// Hidden: a local sandbox's supervisor.
-		return local.ShimMain(ctx, args[1:], stderr)
-	case "local-init":
-		// Hidden: a local sandbox's pid 1.
-		return local.InitMain(ctx, args[1:], stderr)
+	case "guest", "local-shim", "local-init":
+		// Hidden: the in-sandbox daemon, and a local sandbox's
+		// supervisor and pid 1, started by runtimes.
+		_, err := app.Role(ctx, args[0], args[1:], stderr)
+		return err
 	case "sandbox":
 		return sandboxCmd(ctx, args[1:], stdout, stderr)
 	case "template":

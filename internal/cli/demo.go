@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -27,16 +28,14 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// The isolated local runtime when we can (root), else the daemon as
 	// a plain child process, said plainly.
-	var rt sandbox.Runtime
+	rt, fallback, err := app.Machine("")
 	kind := "isolated: namespaces, overlay root, seccomp"
-	if lrt, err := localRuntime(""); err == nil {
-		rt = lrt
-	} else {
-		fmt.Fprintf(stderr, "→ %v\n  falling back to the hostproc runtime: NO isolation\n", err)
+	if fallback != nil {
+		fmt.Fprintf(stderr, "→ %v\n  falling back to the hostproc runtime: NO isolation\n", fallback)
 		kind = "daemon as a plain child process, no isolation"
-		if rt, err = hostprocRuntime(""); err != nil {
-			return err
-		}
+	}
+	if err != nil {
+		return err
 	}
 	start := time.Now()
 	fmt.Fprintf(stderr, "→ creating a sandbox (%s)\n", kind)

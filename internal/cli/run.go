@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,8 +18,9 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/capabilities"
-	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/agent/tool/mcp"
+	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/cli/workdir"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
@@ -46,18 +46,15 @@ Flags:
 // runOptions are cove run's flags.
 type runOptions struct {
 	workspace, manifest, model, baseURL, api, approve, out, stateFile, resume string
-	template, memory, ttl, stateDir, instructions, prices                     string
+	template, memory, ttl, stateDir, instructions, prices, server             string
 	jsonOut                                                                   bool
 	cpus                                                                      float64
 	maxTurns                                                                  int
 	approveCalls, rejectCalls, mcpCmds, mcpURLs                               multiFlag
 }
 
-func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var o runOptions
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+// flags defines cove run's flags on fs, into o.
+func (o *runOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.workspace, "workspace", "", "host directory copied into the sandbox's workspace (default: the current directory unless --manifest is given)")
 	fs.StringVar(&o.manifest, "manifest", "", "manifest JSON file describing the workspace")
 	fs.StringVar(&o.model, "model", envOr("COVE_MODEL", "gpt-5.1"), "model name ($COVE_MODEL)")
@@ -80,6 +77,38 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.Var(&o.mcpCmds, "mcp", `MCP server over stdio, as "name=command args..."; repeatable`)
 	fs.Var(&o.mcpURLs, "mcp-url", `MCP server over Streamable HTTP, as "name=URL"; repeatable`)
 	fs.StringVar(&o.stateDir, "state-dir", "", "Cove's state directory")
+	fs.StringVar(&o.server, "server", os.Getenv("COVE_SERVER"), "make the sandbox on this Cove server, with the API key in $COVE_API_KEY ($COVE_SERVER; default: this machine)")
+}
+
+// agentRun is one `cove run`: its flags, where it shows what happens,
+// and what it runs on.
+type agentRun struct {
+	o      runOptions
+	stdout io.Writer
+	// safe is stdout with control characters made visible; show writes
+	// to it (or to stdout itself with --json).
+	safe *safeWriter
+	show *renderer
+	// st is the saved run being resumed (nil for a new run).
+	st  *agent.RunState
+	rt  sandbox.Runtime
+	a   *agent.Agent
+	cfg agent.RunConfig
+	// kind is what rt is: isolated, unisolated or a server's.
+	kind app.Kind
+	// original is the host workspace (absolute; "" for none), finalDir a
+	// temporary copy of the workspace as the run left it ("" until the
+	// run finishes).
+	original, finalDir string
+}
+
+func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	r := &agentRun{stdout: stdout}
+	o := &r.o
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
 	}
@@ -103,53 +132,84 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	// its control characters made visible (termsafe.go); JSON escapes
 	// them itself.
 	var shown io.Writer = stdout
-	safe := newSafeWriter(stdout)
+	r.safe = newSafeWriter(stdout)
 	if !o.jsonOut {
-		shown = safe
-		defer safe.Flush()
+		shown = r.safe
+		defer r.safe.Flush()
 	}
-	show := newRenderer(shown, o.jsonOut)
-
-	// A saved run: its calls are decided first, so a wrong id fails
-	// before anything starts, and the flags it ran with apply again
-	// unless given anew.
-	var st *agent.RunState
-	if o.resume != "" {
-		b, err := os.ReadFile(o.resume)
-		if err != nil {
-			return fmt.Errorf("reading the run state: %w", err)
-		}
-		if st, err = agent.ParseRunState(b); err != nil {
-			return fmt.Errorf("%s: %w", o.resume, err)
-		}
-		if err := decideFromFlags(st, o.approveCalls, o.rejectCalls); err != nil {
-			return err
-		}
-		if err := o.restore(st.Meta[metaOptions], given); err != nil {
-			return fmt.Errorf("%s: %w", o.resume, err)
-		}
-		if !given["state"] {
-			o.stateFile = o.resume // a run that waits again saves over the file it came from
-		}
-		show.remember(st.Approvals)
+	r.show = newRenderer(shown, o.jsonOut)
+	if err := r.loadResume(given); err != nil {
+		return err
 	}
 	policy, err := approvalPolicy(o.approve)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-
 	shutdown, err := trace.Setup(ctx, "cove")
 	if err != nil {
 		return err
 	}
 	defer shutdown(context.WithoutCancel(ctx))
+	if err := r.setup(policy, usageErr); err != nil {
+		return err
+	}
+	if err := r.workspace(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		if r.finalDir != "" {
+			os.RemoveAll(r.finalDir)
+		}
+	}()
+	if err := r.run(ctx, task, stdin); err != nil {
+		return err
+	}
+	if err := r.result(); err != nil {
+		return err
+	}
+	if o.resume != "" {
+		os.Remove(o.resume)
+	}
+	return nil
+}
 
-	model, err := newModel(o)
+// loadResume reads the saved run of --resume, if any: its calls are
+// decided first, so a wrong id fails before anything starts, and the
+// flags it ran with apply again unless given anew.
+func (r *agentRun) loadResume(given map[string]bool) error {
+	o := &r.o
+	if o.resume == "" {
+		return nil
+	}
+	b, err := os.ReadFile(o.resume)
+	if err != nil {
+		return fmt.Errorf("reading the run state: %w", err)
+	}
+	if r.st, err = agent.ParseRunState(b); err != nil {
+		return fmt.Errorf("%s: %w", o.resume, err)
+	}
+	if err := decideFromFlags(r.st, o.approveCalls, o.rejectCalls); err != nil {
+		return err
+	}
+	if err := o.restore(r.st.Meta[metaOptions], given); err != nil {
+		return fmt.Errorf("%s: %w", o.resume, err)
+	}
+	if !given["state"] {
+		o.stateFile = o.resume // a run that waits again saves over the file it came from
+	}
+	r.show.remember(r.st.Approvals)
+	return nil
+}
+
+// setup makes the run's model, tools, runtime, sandbox spec and agent.
+func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...any) error) error {
+	o := &r.o
+	model, err := app.RunModel(o.model, o.baseURL, o.api)
 	if err != nil {
 		return err
 	}
 	var sources []agent.ToolSource
-	servers, err := mcpServers(o)
+	servers, err := mcpServers(*o)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -166,11 +226,11 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return fmt.Errorf("reading --prices %s: %v", o.prices, err)
 		}
 	}
-
-	rt, isolated, err := runRuntime(o.stateDir)
+	rt, kind, err := app.AgentRuntime(o.stateDir, o.server)
 	if err != nil {
 		return err
 	}
+	r.rt = rt
 	spec := sandbox.Spec{Template: o.template, Limits: sandbox.Limits{CPUs: o.cpus}}
 	if o.memory != "" {
 		if spec.Limits.MemoryBytes, err = parseSize(o.memory); err != nil {
@@ -180,8 +240,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if spec.TTL, err = time.ParseDuration(o.ttl); err != nil {
 		return fmt.Errorf("--ttl %q: %v (use a duration like 30m)", o.ttl, err)
 	}
-
-	a := &agent.Agent{
+	r.a = &agent.Agent{
 		Name:         "cove",
 		Instructions: defaultRunInstructions + o.instructions,
 		Model:        model,
@@ -190,15 +249,21 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Sandbox:      &agent.SandboxAgent{Capabilities: capabilities.Default()},
 	}
 	sc := &agent.SandboxRunConfig{Runtime: rt, Spec: spec}
-	cfg := agent.RunConfig{MaxTurns: o.maxTurns, Sandbox: sc, OnEvent: show.event, Prices: prices}
+	r.cfg = agent.RunConfig{MaxTurns: o.maxTurns, Sandbox: sc, OnEvent: r.show.event, Prices: prices}
+	r.kind = kind
+	return nil
+}
 
-	// The workspace: a manifest, or a host directory uploaded as a tar.
-	// Its original content is kept to print the changes at the end.
-	var original string
-	if st != nil {
-		original = st.Meta[metaWorkspace]
+// workspace sets up the run's workspace: a manifest, or a host directory
+// uploaded as a tar, whose original content is kept to print the changes
+// at the end; a resumed run says where it goes on. At the end the
+// workspace as the run left it is copied out to r.finalDir.
+func (r *agentRun) workspace(ctx context.Context) error {
+	o, sc, show := &r.o, r.cfg.Sandbox, r.show
+	if st := r.st; st != nil {
+		r.original = st.Meta[metaWorkspace]
 		if ss := st.Sandbox; ss != nil && ss.ID != "" {
-			if _, err := rt.Get(ctx, ss.ID); err == nil {
+			if _, err := r.rt.Get(ctx, ss.ID); err == nil {
 				show.note("resuming in sandbox %s", ss.ID)
 			} else if errors.Is(err, sandbox.ErrNotFound) {
 				show.note("sandbox %s is gone; recreating it from the workspace saved in %s", ss.ID, o.resume)
@@ -221,73 +286,63 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			o.workspace = "."
 		}
 		if o.workspace != "" {
-			if original, err = filepath.Abs(o.workspace); err != nil {
+			original, err := filepath.Abs(o.workspace)
+			if err != nil {
 				return err
 			}
 			if fi, err := os.Stat(original); err != nil || !fi.IsDir() {
 				return fmt.Errorf("--workspace %s: not a directory", o.workspace)
 			}
+			r.original = original
 			sc.Prepare = func(ctx context.Context, s sandbox.Session) error {
 				show.note("uploading %s to sandbox %s", original, s.ID())
 				return uploadDir(ctx, s, original)
 			}
 		}
 	}
-	finalDir := ""
 	sc.OnFinish = func(ctx context.Context, s sandbox.Session) error {
 		dir, err := os.MkdirTemp("", "cove-run-out-")
 		if err != nil {
 			return err
 		}
-		finalDir = dir
+		r.finalDir = dir
 		var buf bytes.Buffer
 		if err := s.SnapshotWorkspace(ctx, &buf); err != nil {
 			return fmt.Errorf("copying the workspace out: %w", err)
 		}
 		return tarball.Extract(ctx, &buf, dir, tarball.ExtractOptions{})
 	}
-	defer func() {
-		if finalDir != "" {
-			os.RemoveAll(finalDir)
-		}
-	}()
-	if !isolated {
+	if r.kind == app.Unisolated {
 		show.note("no isolation: not root, so commands run as plain host processes (hostproc runtime)")
 	}
+	return nil
+}
 
+// run runs (or resumes) the agent; calls that wait for approval are
+// asked at the terminal, or, when cove cannot ask, the run is saved and
+// cove exits with code 3.
+func (r *agentRun) run(ctx context.Context, task string, stdin io.Reader) error {
+	o, show := &r.o, r.show
 	interactive := !o.jsonOut && isTerminal(stdin)
 	answers := bufio.NewReader(stdin)
 	runner := &agent.Runner{}
 	var res *agent.Result
-	if st != nil {
-		res, err = runner.Resume(ctx, a, st, cfg)
+	var err error
+	if r.st != nil {
+		res, err = runner.Resume(ctx, r.a, r.st, r.cfg)
 	} else {
-		res, err = runner.Run(ctx, a, task, cfg)
+		res, err = runner.Run(ctx, r.a, task, r.cfg)
 	}
 	for err == nil && len(res.Interruptions) > 0 {
 		if !interactive {
-			if res.State.Meta == nil {
-				res.State.Meta = map[string]string{}
-			}
-			if original != "" {
-				res.State.Meta[metaWorkspace] = original
-			}
-			if res.State.Meta[metaOptions], err = o.saved(); err != nil {
-				return err
-			}
-			b, _ := json.Marshal(res.State)
-			if werr := os.WriteFile(o.stateFile, b, 0o600); werr != nil {
-				return fmt.Errorf("saving the run state: %w", werr)
-			}
-			show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
-			return exitError{3}
+			return r.save(res)
 		}
-		safe.Flush()
-		if err := askApprovals(ctx, res.State, answers, stdout); err != nil {
+		r.safe.Flush()
+		if err := askApprovals(ctx, res.State, answers, r.stdout); err != nil {
 			// Nobody will resume this run: the sandbox it kept for the
 			// answers goes.
 			if ss := res.State.Sandbox; ss != nil && ss.Owned {
-				_ = rt.Delete(context.WithoutCancel(ctx), ss.ID)
+				_ = r.rt.Delete(context.WithoutCancel(ctx), ss.ID)
 			}
 			if ctx.Err() != nil {
 				show.note("stopped; the sandbox was torn down")
@@ -295,43 +350,70 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			}
 			return err
 		}
-		res, err = runner.Resume(ctx, a, res.State, cfg)
+		res, err = runner.Resume(ctx, r.a, res.State, r.cfg)
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			// Ctrl-C: the Runner has torn the sandbox down; say so
-			// rather than print "context canceled".
-			show.note("stopped; the sandbox was torn down")
-			return exitError{130}
-		}
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C: the Runner has torn the sandbox down; say so rather
+		// than print "context canceled".
+		show.note("stopped; the sandbox was torn down")
+		return exitError{130}
+	}
+	return err
+}
+
+// save saves a run that waits for approval to --state, for --resume,
+// and says how to go on: exit code 3.
+func (r *agentRun) save(res *agent.Result) error {
+	o := &r.o
+	if res.State.Meta == nil {
+		res.State.Meta = map[string]string{}
+	}
+	if r.original != "" {
+		res.State.Meta[metaWorkspace] = r.original
+	}
+	var err error
+	if res.State.Meta[metaOptions], err = o.saved(); err != nil {
 		return err
 	}
-	if finalDir != "" {
-		if o.out != "" {
-			if err := syncDir(finalDir, o.out, original); err != nil {
-				return fmt.Errorf("copying the workspace to %s: %w", o.out, err)
-			}
-			show.note("workspace copied to %s", o.out)
-		} else if original != "" && !o.jsonOut {
-			patch, err := workspaceDiff(original, finalDir)
-			if err != nil {
-				return err
-			}
-			if patch == "" {
-				show.note("no files changed")
-			} else {
-				safe.Flush()
-				if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-					// Redirected, the patch stays exact for git apply.
-					patch = termSafe(patch)
-				}
-				fmt.Fprint(stdout, patch)
-			}
+	b, _ := json.Marshal(res.State)
+	if werr := os.WriteFile(o.stateFile, b, 0o600); werr != nil {
+		return fmt.Errorf("saving the run state: %w", werr)
+	}
+	r.show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
+	return exitError{3}
+}
+
+// result hands over the workspace the run left: copied to --out, or
+// printed as a patch against the original.
+func (r *agentRun) result() error {
+	o, show := &r.o, r.show
+	if r.finalDir == "" {
+		return nil
+	}
+	if o.out != "" {
+		if err := workdir.Sync(r.finalDir, o.out, r.original); err != nil {
+			return fmt.Errorf("copying the workspace to %s: %w", o.out, err)
 		}
+		show.note("workspace copied to %s", o.out)
+		return nil
 	}
-	if o.resume != "" {
-		os.Remove(o.resume)
+	if r.original == "" || o.jsonOut {
+		return nil
 	}
+	patch, err := workdir.Diff(r.original, r.finalDir)
+	if err != nil {
+		return err
+	}
+	if patch == "" {
+		show.note("no files changed")
+		return nil
+	}
+	r.safe.Flush()
+	if f, ok := r.stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		// Redirected, the patch stays exact for git apply.
+		patch = termSafe(patch)
+	}
+	fmt.Fprint(r.stdout, patch)
 	return nil
 }
 
@@ -381,16 +463,6 @@ func mcpServers(o runOptions) ([]mcp.Server, error) {
 	return out, nil
 }
 
-// runRuntime is the local runtime when it works here (root), else the
-// daemon as a plain host process, said plainly.
-func runRuntime(stateDir string) (sandbox.Runtime, bool, error) {
-	if lrt, err := localRuntime(stateDir); err == nil {
-		return lrt, true, nil
-	}
-	rt, err := hostprocRuntime(stateDir)
-	return rt, false, err
-}
-
 // metaWorkspace is the RunState.Meta key of the host workspace directory,
 // so a run resumed in another process prints its patch against it.
 const metaWorkspace = "cove.workspace"
@@ -401,8 +473,9 @@ const metaOptions = "cove.options"
 // savedOptions are the flags of a run that its resume keeps unless they
 // are given again, so `cove run --resume FILE --approve-call all` goes on
 // with the same model and server, approval policy, tools, sandbox store
-// and --out. Paths are absolute: the resume may run elsewhere. The API
-// key is never saved; it comes from the environment each time.
+// (or Cove server) and --out. Paths are absolute: the resume may run
+// elsewhere. The API keys are never saved; they come from the
+// environment each time.
 type savedOptions struct {
 	Model        string   `json:"model,omitempty"`
 	BaseURL      string   `json:"base_url,omitempty"`
@@ -410,6 +483,7 @@ type savedOptions struct {
 	Approve      string   `json:"approve,omitempty"`
 	Out          string   `json:"out,omitempty"`
 	StateDir     string   `json:"state_dir,omitempty"`
+	Server       string   `json:"server,omitempty"`
 	MaxTurns     int      `json:"max_turns,omitempty"`
 	Instructions string   `json:"instructions,omitempty"`
 	Prices       string   `json:"prices,omitempty"`
@@ -419,7 +493,7 @@ type savedOptions struct {
 
 // saved is the Meta value of o's savedOptions.
 func (o *runOptions) saved() (string, error) {
-	s := savedOptions{Model: o.model, BaseURL: o.baseURL, API: o.api, Approve: o.approve,
+	s := savedOptions{Model: o.model, BaseURL: o.baseURL, API: o.api, Approve: o.approve, Server: o.server,
 		MaxTurns: o.maxTurns, Instructions: o.instructions, MCP: o.mcpCmds, MCPURL: o.mcpURLs}
 	var err error
 	abs := func(p string) string {
@@ -431,7 +505,7 @@ func (o *runOptions) saved() (string, error) {
 	}
 	s.Out, s.Prices = abs(o.out), abs(o.prices)
 	// The store the sandbox is in, wherever COVE_HOME points next time.
-	s.StateDir = abs(dataDir(o.stateDir))
+	s.StateDir = abs(app.DataDir(o.stateDir))
 	if err != nil {
 		return "", err
 	}
@@ -460,6 +534,7 @@ func (o *runOptions) restore(meta string, given map[string]bool) error {
 	set("approve", &o.approve, s.Approve)
 	set("out", &o.out, s.Out)
 	set("state-dir", &o.stateDir, s.StateDir)
+	set("server", &o.server, s.Server)
 	set("instructions", &o.instructions, s.Instructions)
 	set("prices", &o.prices, s.Prices)
 	if !given["max-turns"] && s.MaxTurns > 0 {
@@ -545,149 +620,4 @@ func uploadDir(ctx context.Context, s sandbox.Session, dir string) error {
 	err := s.RestoreWorkspace(ctx, pr)
 	pr.CloseWithError(err)
 	return err
-}
-
-// workspaceDiff is a unified diff of the changes from orig to final,
-// with the files named a/PATH and b/PATH as patch -p1 and git apply take
-// them. diff runs on two links named a and b rather than on the real
-// paths, so no rewriting of its output can touch the files' content.
-func workspaceDiff(orig, final string) (string, error) {
-	dir, err := os.MkdirTemp("", "cove-diff-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Symlink(orig, filepath.Join(dir, "a")); err != nil {
-		return "", err
-	}
-	if err := os.Symlink(final, filepath.Join(dir, "b")); err != nil {
-		return "", err
-	}
-	cmd := exec.Command("diff", "-ruN", "--exclude=.git", "a", "b")
-	cmd.Dir = dir
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-		return "", fmt.Errorf("diffing the workspace: %v", err)
-	}
-	return string(out), nil
-}
-
-// syncDir makes out hold the final workspace: final's files, folders and
-// links are copied over (modes and times kept), and what the agent deleted
-// from the original workspace orig (if any) is removed. Everything is done
-// through an os.Root on out, so nothing the sandbox chose (a name in its
-// workspace) is written, made or removed through a link that leads out of
-// out, whoever made the link: an entry of out that is in the way (a link
-// where the agent left a folder, a folder where it left a file) is
-// replaced, not written through.
-func syncDir(final, out, orig string) error {
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(out)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	err = filepath.WalkDir(final, func(p string, d os.DirEntry, err error) error {
-		if err != nil || p == final {
-			return err
-		}
-		rel, err := filepath.Rel(final, p)
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return syncEntry(root, p, rel, fi)
-	})
-	if err != nil || orig == "" {
-		return err
-	}
-	return filepath.WalkDir(orig, func(p string, d os.DirEntry, err error) error {
-		if err != nil || p == orig {
-			return err
-		}
-		rel, _ := filepath.Rel(orig, p)
-		if d.IsDir() && d.Name() == ".git" {
-			return filepath.SkipDir
-		}
-		if _, err := os.Lstat(filepath.Join(final, rel)); errors.Is(err, os.ErrNotExist) {
-			if err := root.RemoveAll(rel); err != nil {
-				return err
-			}
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-		}
-		return nil
-	})
-}
-
-// syncEntry puts final's entry src (rel in the workspace, described by
-// fi) at rel in root.
-func syncEntry(root *os.Root, src, rel string, fi os.FileInfo) error {
-	old, err := root.Lstat(rel)
-	exists := err == nil
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	// Whatever is there of another kind goes, a link always: the new
-	// entry is made in its place, never through it.
-	if exists && (old.Mode().Type() != fi.Mode().Type() || old.Mode()&os.ModeSymlink != 0) {
-		if err := root.RemoveAll(rel); err != nil {
-			return err
-		}
-		exists = false
-	}
-	switch {
-	case fi.IsDir():
-		if !exists {
-			if err := root.Mkdir(rel, 0o700); err != nil {
-				return err
-			}
-		}
-		return root.Chmod(rel, fi.Mode().Perm())
-	case fi.Mode()&os.ModeSymlink != 0:
-		target, err := os.Readlink(src)
-		if err != nil {
-			return err
-		}
-		return root.Symlink(target, rel)
-	case fi.Mode().IsRegular():
-		in, err := os.Open(src)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(f, in)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = root.Chmod(rel, fi.Mode().Perm())
-		}
-		if err == nil {
-			err = root.Chtimes(rel, fi.ModTime(), fi.ModTime())
-		}
-		return err
-	}
-	return nil // the extraction made nothing else
-}
-
-// newModel is the model of cove run: OpenAI's Responses API, or Chat
-// Completions for an OpenAI-compatible server given with --base-url.
-func newModel(o runOptions) (agent.Model, error) {
-	m, err := openai.New(openai.Config{Model: o.model, BaseURL: o.baseURL, API: openai.API(o.api)})
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/model/fake"
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/creack/pty"
 )
 
@@ -89,11 +90,14 @@ func runHome(t *testing.T) string {
 }
 
 // runEnv is runHome made COVE_HOME, with a dummy API key and none of the
-// user's model settings, for this test and the cove processes it starts.
+// user's model or Cove server settings, for this test and the cove
+// processes it starts.
 func runEnv(t *testing.T) string {
 	t.Helper()
 	home := runHome(t)
 	t.Setenv("COVE_HOME", home)
+	t.Setenv("COVE_SERVER", "")
+	t.Setenv("COVE_API_KEY", "")
 	t.Setenv("OPENAI_API_KEY", "test-key")
 	t.Setenv("OPENAI_BASE_URL", "")
 	t.Setenv("COVE_MODEL", "")
@@ -103,7 +107,7 @@ func runEnv(t *testing.T) string {
 // sandboxesIn lists the sandboxes of a state directory.
 func sandboxesIn(t *testing.T, home string) []string {
 	t.Helper()
-	rt, err := localRuntime(home)
+	rt, err := app.Local(home)
 	if err != nil {
 		t.Fatal(err)
 	}

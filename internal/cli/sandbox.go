@@ -18,15 +18,10 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
-	"github.com/cove-sandbox/cove/sandbox/local"
-	"github.com/cove-sandbox/cove/sandbox/remote"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
-	"github.com/cove-sandbox/cove/api"
-	"github.com/cove-sandbox/cove/template"
 )
 
 const sandboxUsage = `Usage: cove sandbox COMMAND [flags]
@@ -65,7 +60,7 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return ErrUsage
 	}
 	server, args := extractFlag(args, "--server")
-	rt, err := sandboxRuntime(stateDir, server)
+	rt, err := app.SandboxRuntime(stateDir, server)
 	if err != nil {
 		return err
 	}
@@ -103,7 +98,7 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return sandboxRemove(ctx, rt, args, stdout, stderr)
 	case "drain":
 		// Deletes the sandboxes kept ready by COVE_POOL.
-		l, ok := rt.(*local.Runtime)
+		l, ok := rt.(interface{ DrainPool(context.Context) error })
 		if !ok {
 			return fmt.Errorf("drain empties the local runtime's pool; a server has none to drain")
 		}
@@ -146,104 +141,6 @@ func extractFlag(args []string, name string) (string, []string) {
 		rest = append(rest, a)
 	}
 	return val, rest
-}
-
-// dataDir is where sandboxes and templates live.
-func dataDir(override string) string {
-	if override != "" {
-		return override
-	}
-	if h := os.Getenv("COVE_HOME"); h != "" {
-		return h
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/cove"
-	}
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
-		return filepath.Join(x, "cove")
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".local/share/cove")
-	}
-	return filepath.Join(os.TempDir(), "cove")
-}
-
-func localRuntime(stateDir string) (*local.Runtime, error) {
-	dir := dataDir(stateDir)
-	store, err := template.Open(filepath.Join(dir, "templates"))
-	if err != nil {
-		return nil, err
-	}
-	pool := 0
-	if v := os.Getenv("COVE_POOL"); v != "" {
-		if pool, err = strconv.Atoi(v); err != nil || pool < 0 {
-			return nil, fmt.Errorf("COVE_POOL=%q: want a number of sandboxes to keep ready", v)
-		}
-	}
-	allowPrivate, err := local.ParseNetworks(os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"))
-	if err != nil {
-		return nil, fmt.Errorf("COVE_NETWORK_ALLOW_PRIVATE: %w", err)
-	}
-	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dir, "bin"))
-	if err != nil {
-		return nil, err
-	}
-	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool,
-		Command: shimCmd, InitCommand: initCmd, NetworkAllowPrivate: allowPrivate})
-}
-
-// sandboxRuntime is what `cove sandbox` works on: a Cove server when
-// --server or COVE_SERVER names one (with COVE_API_KEY), else the local
-// runtime.
-func sandboxRuntime(stateDir, server string) (sandbox.Runtime, error) {
-	if server == "" {
-		server = os.Getenv("COVE_SERVER")
-	}
-	if server == "" {
-		return localRuntime(stateDir)
-	}
-	key := os.Getenv("COVE_API_KEY")
-	if key == "" {
-		return nil, fmt.Errorf("COVE_API_KEY is not set: the server %s needs an API key (cove serve prints the first one; cove key create makes more)", server)
-	}
-	return remote.New(remote.Config{URL: server, APIKey: key})
-}
-
-// serverRuntime is the local runtime of `cove serve`: its sandboxes in
-// the server's data directory, templates shared with `cove template`;
-// allowPrivate is --network-allow-private.
-func serverRuntime(stateDir, data string, pool int, allowPrivate string) (*local.Runtime, error) {
-	nets, err := local.ParseNetworks(allowPrivate)
-	if err != nil {
-		return nil, fmt.Errorf("--network-allow-private: %w", err)
-	}
-	dir := dataDir(stateDir)
-	store, err := template.Open(filepath.Join(dir, "templates"))
-	if err != nil {
-		return nil, err
-	}
-	shimCmd, initCmd, err := sandboxbin.LocalCommands(filepath.Join(dir, "bin"))
-	if err != nil {
-		return nil, err
-	}
-	// The pool holds sandboxes of the default size's disk, which most
-	// creates ask for.
-	return local.New(local.Config{Dir: filepath.Join(data, "sandboxes"), Templates: local.StoreTemplates{Store: store},
-		Command: shimCmd, InitCommand: initCmd, Pool: pool, PoolDiskBytes: api.Sizes["small"].DiskBytes, NetworkAllowPrivate: nets})
-}
-
-// hostprocRuntime is the unisolated fallback when the local runtime
-// cannot run here (not root).
-func hostprocRuntime(stateDir string) (*hostproc.Runtime, error) {
-	dir := dataDir(stateDir)
-	cmd, err := sandboxbin.Command(filepath.Join(dir, "bin"))
-	if err != nil {
-		return nil, err
-	}
-	if cmd != nil {
-		cmd = append(cmd, "guest")
-	}
-	return hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "hostproc"), GuestCommand: cmd})
 }
 
 func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
@@ -315,7 +212,7 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	}
 	fmt.Fprintln(stdout, s.ID())
 	// With COVE_POOL set, leave the pool full for the next create.
-	if l, ok := rt.(*local.Runtime); ok {
+	if l, ok := rt.(interface{ WaitPool() }); ok {
 		l.WaitPool()
 	}
 	return nil

@@ -1,27 +1,19 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/server"
-	"github.com/cove-sandbox/cove/api"
-	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
 const serveUsage = `Usage: cove serve [flags]
@@ -80,20 +72,56 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	limits := server.Limits{ReadHeaderTimeout: *readHeaderTimeout, IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout,
 		WriteTimeout: *writeTimeout, MaxConnsPerClient: *maxPerClient, MaxConns: *maxConns}
-	if *maxPerClient == 0 {
-		limits.MaxConnsPerClient = -1
+	if err := checkLimits(&limits, *trustedProxies, stderr); err != nil {
+		return err
 	}
-	for _, d := range []time.Duration{*readHeaderTimeout, *idleTimeout, *readTimeout, *writeTimeout} {
+	log, err := serveLogger(*logFormat, stderr)
+	if err != nil {
+		return err
+	}
+	var prices server.Prices
+	if *pricesFile != "" {
+		b, err := os.ReadFile(*pricesFile)
+		if err == nil {
+			err = json.Unmarshal(b, &prices)
+		}
+		if err != nil {
+			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
+		}
+	}
+	return app.Serve(ctx, app.ServeConfig{
+		Addr: *addr, StateDir: *stateDir, Pool: *pool, AllowPrivate: *allowPrivate,
+		CertFile: *certFile, KeyFile: *keyFile, Limits: limits,
+		Server: server.Config{
+			DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
+			DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
+			Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
+			OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,
+		},
+		Admin: func(key, url string) {
+			fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\nweb UI: %s/ (sign in with that key)\n", url, key, url)
+		},
+	})
+}
+
+// checkLimits checks the timeouts and connection caps of l as flags give
+// them (a --max-conns-per-client of 0 is no cap) and adds the
+// --trusted-proxies to it; a wrong one is a usage error.
+func checkLimits(l *server.Limits, trustedProxies string, stderr io.Writer) error {
+	for _, d := range []time.Duration{l.ReadHeaderTimeout, l.IdleTimeout, l.ReadTimeout, l.WriteTimeout} {
 		if d <= 0 {
 			fmt.Fprintln(stderr, "cove serve: timeouts must be positive")
 			return ErrUsage
 		}
 	}
-	if *maxPerClient < 0 || *maxConns < 0 {
+	if l.MaxConnsPerClient < 0 || l.MaxConns < 0 {
 		fmt.Fprintln(stderr, "cove serve: --max-conns and --max-conns-per-client must not be negative")
 		return ErrUsage
 	}
-	for _, p := range strings.Split(*trustedProxies, ",") {
+	if l.MaxConnsPerClient == 0 {
+		l.MaxConnsPerClient = -1
+	}
+	for _, p := range strings.Split(trustedProxies, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
@@ -106,121 +134,21 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 		}
-		limits.TrustedProxies = append(limits.TrustedProxies, pfx.Masked())
-	}
-	var handler slog.Handler
-	switch *logFormat {
-	case "text":
-		handler = slog.NewTextHandler(stderr, nil)
-	case "json":
-		handler = slog.NewJSONHandler(stderr, nil)
-	default:
-		fmt.Fprintln(stderr, "cove serve: --log-format: use text or json")
-		return ErrUsage
-	}
-	log := slog.New(handler)
-	if *data == "" {
-		*data = filepath.Join(dataDir(*stateDir), "server")
-	}
-	if err := os.MkdirAll(*data, 0o700); err != nil {
-		return fmt.Errorf("creating --data %s: %w", *data, err)
-	}
-	var prices server.Prices
-	if *pricesFile != "" {
-		b, err := os.ReadFile(*pricesFile)
-		if err == nil {
-			err = json.Unmarshal(b, &prices)
-		}
-		if err != nil {
-			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
-		}
-	}
-	rt, err := serverRuntime(*stateDir, *data, *pool, *allowPrivate)
-	if err != nil {
-		return fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(*data, "cove.db"))
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	l, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", *addr, err)
-	}
-	scheme := "http"
-	if *certFile != "" {
-		scheme = "https"
-	}
-	if *baseURL == "" {
-		*baseURL = scheme + "://" + l.Addr().String()
-	}
-	srv, err := server.New(server.Config{
-		Runtime: rt, Store: st, DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
-		DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
-		Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
-		OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,
-	})
-	if err != nil {
-		l.Close()
-		return err
-	}
-	admin, err := srv.EnsureAdmin(ctx)
-	if err != nil {
-		l.Close()
-		return err
-	}
-	if admin != "" {
-		fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\nweb UI: %s/ (sign in with that key)\n", *baseURL, admin, *baseURL)
-	}
-	if err := srv.Reconcile(ctx); err != nil {
-		l.Close()
-		return err
-	}
-	srv.Start()
-	defer srv.Close()
-	rt.FillPool()
-	// The pool is the server's own: a clean stop leaves none of it
-	// running (teams' sandboxes stay up for the next start).
-	defer func() {
-		rt.WaitPool()
-		rt.DrainPool(context.WithoutCancel(ctx))
-	}()
-	// Timeouts and connection caps (server.Limits): the listener counts
-	// connections below TLS, so a refused one costs no handshake.
-	hs, l := srv.HTTPServer(l, limits)
-	hs.ErrorLog = slog.NewLogLogger(handler, slog.LevelWarn)
-	if *certFile != "" {
-		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("loading the TLS certificate: %w", err)
-		}
-		// h2 first: E2B's SDKs ask for HTTP/2 and multiplex their envd
-		// streams over one connection.
-		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-		l = tls.NewListener(l, hs.TLSConfig)
-	}
-	log.Info("cove server listening", "addr", l.Addr().String(), "url", *baseURL, "web_ui", *baseURL+"/", "data", *data)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Graceful: stop accepting, let requests finish for a while; streams
-	// still open then are cut (their sandboxes live on).
-	log.Info("shutting down")
-	// Close first: open streams end with an error event saying why, then
-	// the HTTP server has nothing left to wait for.
-	srv.Close()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close()
+		l.TrustedProxies = append(l.TrustedProxies, pfx.Masked())
 	}
 	return nil
+}
+
+// serveLogger is the server's log, on stderr in --log-format.
+func serveLogger(format string, stderr io.Writer) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, nil)), nil
+	}
+	fmt.Fprintln(stderr, "cove serve: --log-format: use text or json")
+	return nil, ErrUsage
 }
 
 // splitList is a repeated flag's values, each split at commas.
@@ -241,153 +169,4 @@ func retentionFlag(d time.Duration) time.Duration {
 		return -1 // keep
 	}
 	return d
-}
-
-// keyCmd is `cove key`: API keys on a Cove server.
-func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const usage = `Usage:
-  cove key create NAME [--team T | --new-team T] [--admin] [--e2b]
-                                                              make a key (its secret is shown once;
-                                                              --e2b: in E2B's e2b_... form, for E2B_API_KEY)
-  cove key ls [--all]                                         list keys (of your team; --all: every team, admin)
-  cove key revoke ID                                          revoke a key
-
-They talk to the server in COVE_SERVER with the key in COVE_API_KEY.
-`
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return ErrUsage
-	}
-	c, err := apiClientFromEnv()
-	if err != nil {
-		return err
-	}
-	switch args[0] {
-	case "create":
-		fs := flag.NewFlagSet("key create", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		team := fs.String("team", "", "team of the key (admin)")
-		newTeam := fs.String("new-team", "", "make this team and a key for it (admin)")
-		admin := fs.Bool("admin", false, "an admin key (admin)")
-		e2b := fs.Bool("e2b", false, "a key in E2B's form (e2b_...), for E2B SDKs' E2B_API_KEY")
-		name, rest := "", args[1:]
-		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-			name, rest = rest[0], rest[1:]
-		}
-		if err := fs.Parse(rest); err != nil {
-			return ErrUsage
-		}
-		if name == "" && fs.NArg() > 0 {
-			name = fs.Arg(0)
-		}
-		if name == "" {
-			fmt.Fprint(stderr, "cove key create: name the key\n\n"+usage)
-			return ErrUsage
-		}
-		var k api.Key
-		req := api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}
-		if *e2b {
-			req.Format = "e2b"
-		}
-		if err := c.do(ctx, "POST", "/v1/keys", req, &k); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s\n", k.Secret)
-		fmt.Fprintf(stderr, "key %s of team %s (shown once; keep it)\n", k.ID, k.Team)
-		return nil
-	case "ls", "list":
-		path := "/v1/keys"
-		if len(args) > 1 && args[1] == "--all" {
-			path += "?all=true"
-		}
-		var out struct{ Keys []api.Key }
-		if err := c.do(ctx, "GET", path, nil, &out); err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tTEAM\tPREFIX\tADMIN\tCREATED\tREVOKED")
-		for _, k := range out.Keys {
-			rev := ""
-			if k.RevokedAt != nil {
-				rev = k.RevokedAt.Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%v\t%s\t%s\n", k.ID, k.Name, k.Team, k.Prefix, k.Admin, k.CreatedAt.Format(time.RFC3339), rev)
-		}
-		return tw.Flush()
-	case "revoke":
-		if len(args) != 2 {
-			fmt.Fprint(stderr, "cove key revoke: give one key id\n\n"+usage)
-			return ErrUsage
-		}
-		if err := c.do(ctx, "DELETE", "/v1/keys/"+args[1], nil, nil); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked %s\n", args[1])
-		return nil
-	}
-	fmt.Fprintf(stderr, "cove key: unknown command %q\n\n%s", args[0], usage)
-	return ErrUsage
-}
-
-// apiClient is a small JSON client for the CLI's own API calls.
-type apiClient struct {
-	url, key string
-	http     *http.Client
-}
-
-func apiClientFromEnv() (*apiClient, error) {
-	u, k := os.Getenv("COVE_SERVER"), os.Getenv("COVE_API_KEY")
-	if u == "" || k == "" {
-		return nil, errors.New("set COVE_SERVER (the server's URL) and COVE_API_KEY (cove serve prints the first admin key)")
-	}
-	return &apiClient{url: strings.TrimSuffix(u, "/"), key: k, http: http.DefaultClient}, nil
-}
-
-// send makes an API call and returns the response of a success; an
-// error response becomes an error with the server's message.
-func (c *apiClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Cove server at %s: %v", c.url, err)
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		var e api.Error
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(data, &e) == nil && e.Message != "" {
-			return nil, fmt.Errorf("%s (%s)", e.Message, e.Code)
-		}
-		return nil, fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	return resp, nil
-}
-
-// do is send with the JSON response decoded into out (when not nil).
-func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
-	resp, err := c.send(ctx, method, path, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if out != nil && len(data) > 0 {
-		return json.Unmarshal(data, out)
-	}
-	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/sandbox/local"
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -28,18 +28,9 @@ template (the host's /usr, read-only) is built in.
 `
 
 // templateInUse returns the function that tells whether a sandbox under
-// stateDir, running or stopped, uses the template with a given digest.
-var templateInUse = func(ctx context.Context, stateDir string) (func(digest string) bool, error) {
-	sandboxes := filepath.Join(stateDir, "sandboxes")
-	if _, err := os.Stat(sandboxes); os.IsNotExist(err) {
-		return func(string) bool { return false }, nil
-	}
-	inUse, err := local.TemplatesInUse(sandboxes)
-	if err != nil {
-		return nil, err
-	}
-	return func(digest string) bool { return inUse[digest] }, nil
-}
+// stateDir, running or stopped, uses the template with a given digest
+// (tests replace it).
+var templateInUse = app.TemplatesInUse
 
 // templateCmd implements `cove template build|import|ls|rm`.
 func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -83,7 +74,7 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	dir := *stateDir
 	if dir == "" {
-		dir = dataDir("")
+		dir = app.DataDir("")
 	}
 	st, err := template.Open(filepath.Join(dir, "templates"))
 	if err != nil {
@@ -93,16 +84,7 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	switch sub {
 	case "ls", "list":
-		ts, err := st.List()
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED\tSOURCE")
-		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, templateDigest(t.Digest), template.HumanSize(t.Size), t.Created.Local().Format(time.DateTime), t.Source)
-		}
-		return tw.Flush()
+		return templateList(st, stdout)
 
 	case "build":
 		var pkgs []string
@@ -122,22 +104,7 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 
 	case "import":
-		var r io.Reader = os.Stdin
-		if pos[1] != "-" {
-			f, err := os.Open(pos[1])
-			if err != nil {
-				return fmt.Errorf("importing template %q: %w", pos[0], err)
-			}
-			defer f.Close()
-			r = f
-		}
-		fmt.Fprintf(stderr, "→ importing template %s from %s\n", pos[0], pos[1])
-		t, err := st.Import(ctx, pos[0], r, progress)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, template.HumanSize(t.Size))
-		return nil
+		return templateImport(ctx, st, pos[0], pos[1], progress, stdout, stderr)
 
 	default: // rm
 		inUse, err := templateInUse(ctx, dir)
@@ -152,6 +119,41 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		return nil
 	}
+}
+
+// templateList prints the templates of st as a table.
+func templateList(st *template.Store, stdout io.Writer) error {
+	ts, err := st.List()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED\tSOURCE")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, templateDigest(t.Digest), template.HumanSize(t.Size), t.Created.Local().Format(time.DateTime), t.Source)
+	}
+	return tw.Flush()
+}
+
+// templateImport imports template name from the image tarball file ("-"
+// is stdin).
+func templateImport(ctx context.Context, st *template.Store, name, file string, progress func(string), stdout, stderr io.Writer) error {
+	var r io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return fmt.Errorf("importing template %q: %w", name, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	fmt.Fprintf(stderr, "→ importing template %s from %s\n", name, file)
+	t, err := st.Import(ctx, name, r, progress)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\t%s\t%s\n", t.Name, t.Digest, template.HumanSize(t.Size))
+	return nil
 }
 
 // templateArgs parses flags that may come before, between or after

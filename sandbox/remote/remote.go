@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/api"
 )
 
 // Config configures a Runtime.
@@ -285,40 +285,11 @@ func info(sb api.Sandbox) sandbox.Info {
 // call makes one API request: body (when not nil) as JSON, the response
 // decoded into out (when not nil). An error response is an *Error.
 func (r *Runtime) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, r.base+path, rd)
+	resp, err := r.send(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+r.key)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	start := time.Now()
-	resp, err := r.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("reaching the Cove server at %s: %w: %w", r.base, sandbox.ErrUnavailable, err)
-	}
 	defer resp.Body.Close()
-	r.log.Debug("cove api", "method", method, "path", path, "status", resp.StatusCode, "request_id", resp.Header.Get("X-Request-Id"), "duration", time.Since(start))
-	if resp.StatusCode >= 300 {
-		e := responseError(resp)
-		if e.Code == api.CodeUnauthorized {
-			return fmt.Errorf("the Cove server at %s refused the API key: %w", r.base, e)
-		}
-		return e
-	}
 	if out == nil {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		return nil
@@ -330,4 +301,45 @@ func (r *Runtime) call(ctx context.Context, method, path string, body, out any) 
 		return fmt.Errorf("decoding the Cove server's answer to %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// send makes one API request, body (when not nil) as JSON, and returns
+// the response of a success for the caller to read and close (a stream
+// is read as it comes). An error response is an *Error.
+func (r *Runtime) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.key)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := time.Now()
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("reaching the Cove server at %s: %w: %w", r.base, sandbox.ErrUnavailable, err)
+	}
+	r.log.Debug("cove api", "method", method, "path", path, "status", resp.StatusCode, "request_id", resp.Header.Get("X-Request-Id"), "duration", time.Since(start))
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		e := responseError(resp)
+		if e.Code == api.CodeUnauthorized {
+			return nil, fmt.Errorf("the Cove server at %s refused the API key: %w", r.base, e)
+		}
+		return nil, e
+	}
+	return resp, nil
 }

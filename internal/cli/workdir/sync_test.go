@@ -1,4 +1,4 @@
-package cli
+package workdir
 
 import (
 	"os"
@@ -50,7 +50,7 @@ func TestSyncDirNoLinkFollowed(t *testing.T) {
 	orig := filepath.Join(tmp, "orig")
 	write(filepath.Join(orig, "gone", "keep.txt"), "x")
 
-	if err := syncDir(final, out, orig); err != nil {
+	if err := Sync(final, out, orig); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(outside, "keep.txt")); err != nil || string(b) != "host file" {
