@@ -428,7 +428,7 @@ func TestCheckpointAndAbandon(t *testing.T) {
 // error that says how to give them, and no sandbox is created for it.
 func TestNoCapabilities(t *testing.T) {
 	ctx := context.Background()
-	rt := sandboxtest.NewFake()
+	rt := fake.New()
 	a := &agent.Agent{Name: "bare", Model: &scripted{turns: []func(agent.ModelRequest) []agent.Item{say("ok")}}, Sandbox: &agent.SandboxAgent{}}
 	_, err := (&agent.Runner{}).Run(ctx, a, "hi", agent.RunConfig{Sandbox: &agent.SandboxRunConfig{Runtime: rt}})
 	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "SandboxAgent.Capabilities") {
