@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/server"
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store/sqlite"
@@ -158,7 +159,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := server.New(server.Config{
 		Runtime: rt, Store: st, DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
 		DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
-		Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
+		Model:         server.ModelConfig{BaseURL: app.ModelBaseURL(*modelBase), APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
+		Models:        app.Models(log),
 		OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,
 	})
 	if err != nil {
