@@ -160,6 +160,12 @@ var (
 // Service runs agents. Create it with New, call Start once the server is
 // ready (it goes on with the runs a previous server left working) and
 // Close at the end.
+//
+// A run in memory holds the truth of its record until the store catches
+// up (each checkpoint, each FlushInterval), and Start takes over every
+// run the store says is running: the service assumes it is the only one
+// working on its store's runs. Two services sharing a store need a lease
+// per run in the store first (not done yet).
 type Service struct {
 	cfg    Config
 	log    *slog.Logger
