@@ -125,9 +125,9 @@ type runEvent struct {
 	Status string `json:"status,omitempty"`
 }
 
-// FlushInterval is how often run events reach the store: followers see
+// flushInterval is how often run events reach the store: followers see
 // them at once from memory; the store is for replays and restarts.
-const FlushInterval = 100 * time.Millisecond
+const flushInterval = 100 * time.Millisecond
 
 // OutputCap bounds the output kept in a run's log per tool call: a
 // command that floods its output must not fill the server's disk or the
@@ -162,7 +162,7 @@ var (
 // Close at the end.
 //
 // A run in memory holds the truth of its record until the store catches
-// up (each checkpoint, each FlushInterval), and Start takes over every
+// up (each checkpoint, each flushInterval), and Start takes over every
 // run the store says is running: the service assumes it is the only one
 // working on its store's runs. Two services sharing a store need a lease
 // per run in the store first (not done yet).
@@ -207,13 +207,13 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Start goes on with the runs a previous server left working, then
-// writes run events to the store every FlushInterval until Close.
+// writes run events to the store every flushInterval until Close.
 func (s *Service) Start() {
 	s.recoverRuns(context.Background())
 	s.loop.Add(1)
 	go func() {
 		defer s.loop.Done()
-		t := time.NewTicker(FlushInterval)
+		t := time.NewTicker(flushInterval)
 		defer t.Stop()
 		for {
 			select {
