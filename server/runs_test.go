@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/runs"
 )
 
 // sseEvent is one event of a run's log as a client reads it.
@@ -226,10 +226,10 @@ func TestRunAPI(t *testing.T) {
 
 	// The webhook heard that it waits, signed with the run's secret.
 	d := hook.wait(t, "run.waiting")
-	if err := VerifyWebhook(run.WebhookSecret, d.sig, d.body, time.Now(), 5*time.Minute); err != nil {
+	if err := runs.VerifyWebhook(run.WebhookSecret, d.sig, d.body, time.Now(), 5*time.Minute); err != nil {
 		t.Errorf("webhook signature: %v", err)
 	}
-	if VerifyWebhook("another secret", d.sig, d.body, time.Now(), 5*time.Minute) == nil {
+	if runs.VerifyWebhook("another secret", d.sig, d.body, time.Now(), 5*time.Minute) == nil {
 		t.Error("the signature verifies under another secret")
 	}
 
@@ -476,9 +476,9 @@ func TestRunKeysAndWorkspaceTar(t *testing.T) {
 		t.Errorf("output does not show the tar's file: %.200q", out.String())
 	}
 	// The harness shows a flood's head and tail; the log keeps at most
-	// runOutputCap of a call's output whatever a tool emits.
-	if n := out.Len(); n > runOutputCap+1024 || !strings.Contains(out.String(), "not shown") {
-		t.Errorf("logged output is %d bytes; want at most about %d with a note", n, runOutputCap)
+	// runs.OutputCap of a call's output whatever a tool emits.
+	if n := out.Len(); n > runs.OutputCap+1024 || !strings.Contains(out.String(), "not shown") {
+		t.Errorf("logged output is %d bytes; want at most about %d with a note", n, runs.OutputCap)
 	}
 	if got := theirs.Requests()[0].Header.Get("Authorization"); strings.Contains(got, "sk-server") {
 		t.Fatalf("the server's key went to a tenant's endpoint: %q", got)
@@ -567,25 +567,25 @@ func TestRunCancelAndContinue(t *testing.T) {
 // hasOutput reports whether the run's log has output containing want
 // yet (a stream would not end while the run works).
 func hasOutput(t *testing.T, ts *testServer, runID, want string) bool {
-	lr, err := ts.acquire(context.Background(), "", runID)
+	feed, err := ts.runs.Events(context.Background(), "", runID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ts.release(lr)
-	lr.mu.Lock()
-	defer lr.mu.Unlock()
-	for _, e := range lr.pending {
-		if e.Type == "output" && bytes.Contains(e.Data, []byte(want)) {
-			return true
+	defer feed.Close()
+	for {
+		b, err := feed.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) == 0 {
+			return false
+		}
+		for _, e := range b.Events {
+			if e.Type == "output" && bytes.Contains(e.Data, []byte(want)) {
+				return true
+			}
 		}
 	}
-	evs, _ := ts.cfg.Store.RunEvents(context.Background(), runID, 0, 1000)
-	for _, e := range evs {
-		if e.Type == "output" && bytes.Contains(e.Data, []byte(want)) {
-			return true
-		}
-	}
-	return false
 }
 
 // TestRunSurvivesRestart: a server stopped while its run waits on the
@@ -635,35 +635,6 @@ func TestRunSurvivesRestart(t *testing.T) {
 	}
 	if n := len(model.Requests()); n != 3 {
 		t.Errorf("%d model calls, want 3 (the interrupted one asked again)", n)
-	}
-}
-
-// TestRunLogCapsOutput: whatever a tool emits, a call keeps at most
-// runOutputCap of output in the run's log, and says so.
-func TestRunLogCapsOutput(t *testing.T) {
-	lr := &liveRun{id: "run_x", changed: make(chan struct{}), outBytes: map[string]int{}}
-	chunk := strings.Repeat("x", 64<<10)
-	for range 40 { // 2.5 MiB
-		lr.emit(runEvent{Event: agent.Event{Type: agent.EventOutput, CallID: "c1", Data: chunk}})
-	}
-	lr.emit(runEvent{Event: agent.Event{Type: agent.EventOutput, CallID: "c2", Data: "other call"}})
-	var c1 strings.Builder
-	var c2 int
-	for _, e := range lr.pending {
-		var ev agent.Event
-		json.Unmarshal(e.Data, &ev)
-		switch ev.CallID {
-		case "c1":
-			c1.WriteString(ev.Data)
-		case "c2":
-			c2++
-		}
-	}
-	if n := c1.Len(); n < runOutputCap || n > runOutputCap+200 || !strings.HasSuffix(c1.String(), "not kept in the run's log; the model got its own bounded copy]\n") {
-		t.Errorf("c1 kept %d bytes ending %q", n, c1.String()[max(0, c1.Len()-80):])
-	}
-	if c2 != 1 {
-		t.Errorf("another call's output was dropped too")
 	}
 }
 

@@ -8,7 +8,6 @@ package server
 
 import (
 	"context"
-	"crypto/cipher"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/runs"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
@@ -55,8 +55,10 @@ type Config struct {
 	Prices Prices
 	// Now is the clock (tests move it).
 	Now func() time.Time
-	// Model is the model endpoint of agent runs (POST /v1/runs).
-	Model ModelConfig
+	// Model is the model endpoint of agent runs (POST /v1/runs), and
+	// Models makes their models (nil: the server runs no agents).
+	Model  ModelConfig
+	Models runs.ModelFactory
 	// SecretKey seals team secrets (32 bytes); nil means the key in
 	// DataDir/secret.key, made on first start.
 	SecretKey []byte
@@ -135,14 +137,10 @@ type Server struct {
 	wg          sync.WaitGroup
 	closed      atomic.Bool
 
-	// runs are the agent runs in memory (runs.go).
-	runs *runHub
-	// egress vets connections made for tenants (egress.go).
+	// runs is the agent runs service (runapi.go serves it).
+	runs *runs.Service
+	// egress vets connections made for tenants (package egress).
 	egress *egress.Policy
-	// secretOnce loads the key that seals team secrets (secrets.go).
-	secretOnce sync.Once
-	sealer     cipher.AEAD
-	secretErr  error
 }
 
 type traffic struct{ in, out atomic.Int64 }
@@ -190,8 +188,13 @@ func New(cfg Config) (*Server, error) {
 	cfg.Store = newCachedStore(cfg.Store)
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub(), egress: out}
+		procTable: &procTable{m: map[string]map[int]*procEntry{}}, egress: out}
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
+	s.runs, err = runs.New(runs.Config{Store: cfg.Store, Sandboxes: runSandboxes{s}, Models: cfg.Models, Model: cfg.Model,
+		Egress: out, SecretKey: cfg.SecretKey, DataDir: cfg.DataDir, Redact: s.tenantText, Logger: cfg.Logger, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -299,24 +302,12 @@ func (w *statusWriter) Flush() {
 	}
 }
 
-// Start runs the background loops: lifecycle policies and metering.
+// Start runs the background loops: lifecycle policies, metering and
+// agent runs (the ones a previous server left working go on).
 // Reconcile should have run first.
 func (s *Server) Start() {
-	s.recoverRuns(context.Background())
-	s.wg.Add(3)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(runFlushInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-				s.flushRuns(context.Background())
-			}
-		}
-	}()
+	s.runs.Start()
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.lifecycleLoop()
@@ -345,7 +336,7 @@ func (s *Server) Close() error {
 		s.stopClosing()
 	}
 	s.wg.Wait()
-	s.closeRuns()
+	s.runs.Close()
 	return nil
 }
 

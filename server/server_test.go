@@ -69,6 +69,9 @@ func newTestServer(t testing.TB, cfg Config) *testServer {
 		t.Fatal(err)
 	}
 	cfg.BaseURL = "http://" + l.Addr().String()
+	if cfg.Models == nil {
+		cfg.Models = testModels
+	}
 	if cfg.Logger == nil {
 		// The server's log is shown when the test fails: what the
 		// background loops did is often the explanation.

@@ -24,7 +24,7 @@ import (
 // never to a sandbox's port under /p/), only from this site
 // (SameSite=Strict), and only over TLS when the server has it (Secure).
 // The cookie holds no key: it is the key's hash, a CSRF token and an
-// expiry, sealed with the server's secret key (secrets.go), so it needs
+// expiry, sealed with the server's secret key (runs.Service.Sealer), so it needs
 // no session table, survives a restart, and ends with its key (a revoked
 // key's cookie opens but finds no key).
 //

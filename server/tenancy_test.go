@@ -103,7 +103,7 @@ func TestTenancyEveryRoute(t *testing.T) {
 	if len(secs.Secrets) != 1 {
 		t.Errorf("A's secrets after B's attempts: %+v", secs)
 	}
-	if v, err := ts.secret(context.Background(), "team-a", "OPENAI_API_KEY"); err != nil || v != "sk-team-a" {
+	if v, err := ts.runs.Secret(context.Background(), "team-a", "OPENAI_API_KEY"); err != nil || v != "sk-team-a" {
 		t.Errorf("A's secret after B's attempts: %q %v", v, err)
 	}
 	ts.must(t, 200, "GET", "/v1/runs/"+runA.ID, keyA, nil, &runA)

@@ -572,7 +572,7 @@ func TestUIBrowserSettings(t *testing.T) {
 	b.fill("#secret-value", "sk-from-the-browser")
 	b.click("#secret-save")
 	b.waitText("#secrets", "OPENAI_API_KEY")
-	if v, err := ts.secret(context.Background(), "settings", "OPENAI_API_KEY"); err != nil || v != "sk-from-the-browser" {
+	if v, err := ts.runs.Secret(context.Background(), "settings", "OPENAI_API_KEY"); err != nil || v != "sk-from-the-browser" {
 		t.Fatalf("the secret on the server: %q %v", v, err)
 	}
 	if got := b.eval(`String(document.body.innerText.includes('sk-from-the-browser') || document.querySelector('#secret-value').value !== '')`); got != "false" {
@@ -582,7 +582,7 @@ func TestUIBrowserSettings(t *testing.T) {
 	b.click(`button[aria-label="Delete OPENAI_API_KEY"]`)
 	b.click(`button[aria-label="Delete OPENAI_API_KEY"]`) // confirm
 	b.wait("the secret gone", `!document.querySelector('#secrets-empty').hidden && !document.querySelector('#secrets').textContent.includes('OPENAI_API_KEY')`)
-	if _, err := ts.secret(context.Background(), "settings", "OPENAI_API_KEY"); err == nil {
+	if _, err := ts.runs.Secret(context.Background(), "settings", "OPENAI_API_KEY"); err == nil {
 		t.Error("the secret is still on the server after delete")
 	}
 }

@@ -144,6 +144,12 @@ func (s *running) start(ctx context.Context, cfg *ServeConfig) error {
 		sc.BaseURL = scheme + "://" + l.Addr().String()
 	}
 	sc.Runtime, sc.Store = s.rt, s.store
+	// Agent runs call the model through openai-go; without a base URL,
+	// OpenAI's own.
+	sc.Model.BaseURL = ModelBaseURL(sc.Model.BaseURL)
+	if sc.Models == nil {
+		sc.Models = Models(sc.Logger)
+	}
 	if s.srv, err = server.New(*sc); err != nil {
 		return err
 	}

@@ -348,6 +348,12 @@ const (
 	failModel                        // the API reported a failure inside a 200 reply
 )
 
+// ModelName and HTTPStatus let a caller that knows no type of this
+// package word the failure from its model and status alone (the runs
+// service's ModelCallError).
+func (e *RequestError) ModelName() string { return e.Model }
+func (e *RequestError) HTTPStatus() int   { return e.StatusCode }
+
 func (e *RequestError) Error() string {
 	var b strings.Builder
 	tries := ""

@@ -1,4 +1,4 @@
-package server
+package runs
 
 import (
 	"bytes"
@@ -67,7 +67,7 @@ func VerifyWebhook(secret, header string, body []byte, now time.Time, tolerance 
 
 // notifyWebhook delivers the run's current view to its webhook, if it has
 // one, in the background.
-func (s *Server) notifyWebhook(lr *liveRun) {
+func (s *Service) notifyWebhook(lr *liveRun) {
 	lr.mu.Lock()
 	var cfg runConfig
 	_ = json.Unmarshal(lr.rec.Config, &cfg)
@@ -80,7 +80,7 @@ func (s *Server) notifyWebhook(lr *liveRun) {
 	if err != nil {
 		return
 	}
-	h := s.runs
+	h := s.hub
 	if !h.add() {
 		return
 	}
@@ -91,10 +91,10 @@ func (s *Server) notifyWebhook(lr *liveRun) {
 }
 
 // deliver posts body to the run's webhook, retrying. The URL is the
-// tenant's, so it is reached under the outbound policy (egress.go), and
+// tenant's, so it is reached under the outbound policy (package egress), and
 // nothing the receiver answers goes back to the tenant: only the
 // server's log hears how a delivery failed.
-func (s *Server) deliver(ctx context.Context, runID string, cfg runConfig, body []byte) {
+func (s *Service) deliver(ctx context.Context, runID string, cfg runConfig, body []byte) {
 	client := s.egress.Client()
 	for attempt := 0; ; attempt++ {
 		err := s.post(ctx, client, cfg, body)
@@ -118,7 +118,7 @@ func (s *Server) deliver(ctx context.Context, runID string, cfg runConfig, body 
 	}
 }
 
-func (s *Server) post(ctx context.Context, client *http.Client, cfg runConfig, body []byte) error {
+func (s *Service) post(ctx context.Context, client *http.Client, cfg runConfig, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.WebhookURL, bytes.NewReader(body))

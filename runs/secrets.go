@@ -1,4 +1,4 @@
-package server
+package runs
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,12 +21,6 @@ import (
 // only), with the team and name as additional data: a copy of the
 // database alone reveals none, and a row moved to another team does not
 // open. The API never returns a value.
-
-func (s *Server) secretRoutes() {
-	s.handle("PUT /v1/secrets/{name}", s.putSecret)
-	s.handle("GET /v1/secrets", s.listSecrets)
-	s.handle("DELETE /v1/secrets/{name}", s.deleteSecret)
-}
 
 var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
@@ -70,7 +63,9 @@ func loadSecretKey(dataDir string) ([]byte, error) {
 	return key, f.Close()
 }
 
-func (s *Server) aead() (cipher.AEAD, error) {
+// Sealer returns the AEAD under the server's secret key. It seals team
+// secrets, and the web UI's session cookies with it (server).
+func (s *Service) Sealer() (cipher.AEAD, error) {
 	s.secretOnce.Do(func() {
 		key := s.cfg.SecretKey
 		if key == nil {
@@ -89,8 +84,8 @@ func (s *Server) aead() (cipher.AEAD, error) {
 	return s.sealer, s.secretErr
 }
 
-func (s *Server) seal(team, name, value string) ([]byte, error) {
-	a, err := s.aead()
+func (s *Service) seal(team, name, value string) ([]byte, error) {
+	a, err := s.Sealer()
 	if err != nil {
 		return nil, err
 	}
@@ -99,13 +94,14 @@ func (s *Server) seal(team, name, value string) ([]byte, error) {
 	return a.Seal(nonce, nonce, []byte(value), []byte(team+"/"+name)), nil
 }
 
-// secret returns a team's secret in clear: ErrNotFound if it has none.
-func (s *Server) secret(ctx context.Context, team, name string) (string, error) {
+// Secret returns team's secret name in clear: ErrNotFound if it has
+// none. Never show it to the team: it is for the server's own calls.
+func (s *Service) Secret(ctx context.Context, team, name string) (string, error) {
 	sec, err := s.cfg.Store.GetSecret(ctx, team, name)
 	if err != nil {
 		return "", err
 	}
-	a, err := s.aead()
+	a, err := s.Sealer()
 	if err != nil {
 		return "", err
 	}
@@ -119,50 +115,40 @@ func (s *Server) secret(ctx context.Context, team, name string) (string, error) 
 	return string(plain), nil
 }
 
-func (s *Server) putSecret(w http.ResponseWriter, r *http.Request, c *caller) {
-	name := r.PathValue("name")
+// PutSecret sets team's secret name to value, sealed: ErrInvalid for a
+// bad name or an empty value.
+func (s *Service) PutSecret(ctx context.Context, team, name, value string) (api.Secret, error) {
 	if !secretName.MatchString(name) {
-		s.fail(w, r, invalid("secret name %q: use letters, digits and _ (up to 64), not starting with a digit, like OPENAI_API_KEY", name))
-		return
+		return api.Secret{}, invalid("secret name %q: use letters, digits and _ (up to 64), not starting with a digit, like OPENAI_API_KEY", name)
 	}
-	var req api.SetSecret
-	if !s.decode(w, r, &req) {
-		return
+	if value == "" {
+		return api.Secret{}, invalid("secret %s: value is empty; DELETE /v1/secrets/%s removes it", name, name)
 	}
-	if req.Value == "" {
-		s.fail(w, r, invalid("secret %s: value is empty; DELETE /v1/secrets/%s removes it", name, name))
-		return
-	}
-	sealed, err := s.seal(c.team, name, req.Value)
+	sealed, err := s.seal(team, name, value)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return api.Secret{}, err
 	}
-	sec := store.Secret{TeamID: c.team, Name: name, Value: sealed, UpdatedAt: s.cfg.Now()}
-	if err := s.cfg.Store.PutSecret(r.Context(), sec); err != nil {
-		s.fail(w, r, err)
-		return
+	sec := store.Secret{TeamID: team, Name: name, Value: sealed, UpdatedAt: s.cfg.Now()}
+	if err := s.cfg.Store.PutSecret(ctx, sec); err != nil {
+		return api.Secret{}, err
 	}
-	writeJSON(w, http.StatusOK, api.Secret{Name: name, UpdatedAt: sec.UpdatedAt})
+	return api.Secret{Name: name, UpdatedAt: sec.UpdatedAt}, nil
 }
 
-func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *caller) {
-	secs, err := s.cfg.Store.ListSecrets(r.Context(), c.team)
+// ListSecrets lists team's secrets by name, without their values.
+func (s *Service) ListSecrets(ctx context.Context, team string) ([]api.Secret, error) {
+	secs, err := s.cfg.Store.ListSecrets(ctx, team)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return nil, err
 	}
-	out := api.SecretList{Secrets: []api.Secret{}}
+	out := []api.Secret{}
 	for _, sec := range secs {
-		out.Secrets = append(out.Secrets, api.Secret{Name: sec.Name, UpdatedAt: sec.UpdatedAt})
+		out = append(out, api.Secret{Name: sec.Name, UpdatedAt: sec.UpdatedAt})
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
-func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, c *caller) {
-	if err := s.cfg.Store.DeleteSecret(r.Context(), c.team, r.PathValue("name")); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+// DeleteSecret removes team's secret name: ErrNotFound if it has none.
+func (s *Service) DeleteSecret(ctx context.Context, team, name string) error {
+	return s.cfg.Store.DeleteSecret(ctx, team, name)
 }

@@ -1,0 +1,215 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/cove-sandbox/cove/agent"
+	"github.com/cove-sandbox/cove/agent/capabilities"
+	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
+	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/sandbox"
+)
+
+// ModelFactory makes the model of a run from its spec. The wiring
+// provides it (internal/app, over agent/model/openai), so this package
+// knows no concrete model. Its error says what is wrong with the spec;
+// the service words it for the tenant.
+type ModelFactory func(ctx context.Context, spec ModelSpec) (agent.Model, error)
+
+// ModelSpec is the model a run asked for, with the endpoint and key the
+// service chose for it.
+type ModelSpec struct {
+	// Model is the model's name: the run's, else (at the operator's
+	// endpoint) the server's default; "" leaves it to the factory.
+	Model string
+	// BaseURL is the endpoint, ending before the API's path.
+	BaseURL string
+	// API is "responses", "chat" or "" (the factory picks by endpoint).
+	API string
+	// APIKey is the key to send; "" sends none. The factory reads no
+	// key, endpoint or other setting from the environment.
+	APIKey string
+	// HTTPClient makes the calls: the operator's for its own endpoint,
+	// the outbound policy's for one a run names.
+	HTTPClient *http.Client
+	// BaseURLSetting and KeySetting name, in the model's error messages,
+	// where the tenant sets the base URL and the key.
+	BaseURLSetting, KeySetting string
+}
+
+// ModelCallError is what a factory's model returns, somewhere in its
+// error's chain, for a call that went out to the endpoint and failed for
+// good (agent/model/openai's RequestError is one). The service words such
+// a failure for the tenant from these alone: the reply's body can be
+// anything the endpoint sends (an internal service's page, a proxy's
+// error) and the endpoint may be one the tenant should not read.
+type ModelCallError interface {
+	error
+	// ModelName is the model called.
+	ModelName() string
+	// HTTPStatus is the reply's status, 0 when no reply came.
+	HTTPStatus() int
+}
+
+// runAgent builds the agent of a run.
+func (s *Service) runAgent(ctx context.Context, team string, ag api.RunAgent) (*agent.Agent, error) {
+	m, err := s.runModel(ctx, team, ag)
+	if err != nil {
+		return nil, err
+	}
+	var policy agent.ApprovalPolicy
+	switch ag.Approval {
+	case "", "risky":
+		policy = agent.ApproveRisky
+	case "all":
+		policy = agent.ApproveAll
+	case "never":
+	default:
+		return nil, invalid("agent.approval %q: want never, risky or all", ag.Approval)
+	}
+	var caps []agent.Capability
+	for _, c := range ag.Capabilities {
+		switch c {
+		case "workspace":
+			caps = append(caps, capabilities.Workspace())
+		case "shell":
+			caps = append(caps, capabilities.Shell(sandboxtool.Options{}))
+		case "filesystem":
+			caps = append(caps, capabilities.Filesystem())
+		case "skills":
+			caps = append(caps, capabilities.Skills())
+		default:
+			return nil, invalid("agent.capabilities: %q is not one; want workspace, shell, filesystem or skills", c)
+		}
+	}
+	if ag.MaxTurns < 0 || ag.MaxTurns > 1000 {
+		return nil, invalid("agent.max_turns %d: want 1 to 1000 (0 for %d)", ag.MaxTurns, agent.DefaultMaxTurns)
+	}
+	name := ag.Name
+	if name == "" {
+		name = "cove"
+	}
+	return &agent.Agent{Name: name, Instructions: ag.Instructions, Model: m, Approval: policy,
+		Sandbox: &agent.SandboxAgent{Capabilities: caps}}, nil
+}
+
+// runModel picks a run's model endpoint and key. The server's own key
+// goes only to the server's own endpoint: a run that names another base
+// URL gets the team's secret, or no key.
+func (s *Service) runModel(ctx context.Context, team string, ag api.RunAgent) (agent.Model, error) {
+	if s.cfg.Models == nil {
+		return nil, invalid("this server is not set up to run agents (it has no model)")
+	}
+	secretName, named := ag.APIKeySecret, ag.APIKeySecret != ""
+	if !named {
+		secretName = "OPENAI_API_KEY"
+	}
+	key, err := s.Secret(ctx, team, secretName)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound) && named:
+		return nil, invalid("agent.api_key_secret: the team has no secret %q; set it with PUT /v1/secrets/%s", secretName, secretName)
+	case errors.Is(err, sandbox.ErrNotFound):
+		key = ""
+	case err != nil:
+		return nil, err
+	}
+	own := s.ownModelURL()
+	base := strings.TrimRight(ag.BaseURL, "/")
+	if base == "" {
+		base = own
+	}
+	spec := ModelSpec{Model: ag.Model, BaseURL: base, API: ag.API, APIKey: key,
+		BaseURLSetting: "the run's agent.base_url",
+		KeySetting:     "the team secret " + secretName + " (PUT /v1/secrets/" + secretName + ")"}
+	// The operator's endpoint is trusted; one a run names is reached
+	// only under the outbound policy.
+	spec.HTTPClient = s.egress.Client()
+	if base == own {
+		spec.HTTPClient = s.cfg.Model.HTTPClient
+		if spec.APIKey == "" {
+			spec.APIKey = s.cfg.Model.APIKey
+		}
+		if spec.Model == "" {
+			spec.Model = s.cfg.Model.DefaultModel
+		}
+		if spec.API == "" {
+			spec.API = s.cfg.Model.API
+		}
+	}
+	m, err := s.cfg.Models(ctx, spec)
+	if err != nil {
+		return nil, invalid("the run's model: %v (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", err)
+	}
+	return tenantModel{Model: m, log: s.log, baseURL: base}, nil
+}
+
+// ownModelURL is the operator's model endpoint, as runs compare it.
+func (s *Service) ownModelURL() string {
+	return strings.TrimRight(s.cfg.Model.BaseURL, "/")
+}
+
+// tenantModel is a run's model with its failures worded for the tenant:
+// what failed and a reference to the server's log, never the reply's
+// body. The body of a failed call can be anything the endpoint sends
+// (an internal service's page, a proxy's error), and the endpoint may be
+// one the tenant should not read.
+type tenantModel struct {
+	agent.Model
+	log     *slog.Logger
+	baseURL string
+}
+
+func (m tenantModel) Respond(ctx context.Context, req agent.ModelRequest, delta func(string)) (*agent.ModelResponse, error) {
+	resp, err := m.Model.Respond(ctx, req, delta)
+	if err != nil {
+		err = m.failure(err)
+	}
+	return resp, err
+}
+
+// failure rewords a failed model call.
+func (m tenantModel) failure(err error) error {
+	var re ModelCallError
+	if !errors.As(err, &re) {
+		// Not a request that went out (a cancelled run, a request the
+		// client could not build): nothing of a reply in it.
+		return err
+	}
+	ref := newID("ref_")
+	m.log.Warn("a run's model call failed", "ref", ref, "base_url", m.baseURL, "err", err)
+	var refused *egress.Error
+	var msg string
+	switch status := re.HTTPStatus(); {
+	case errors.As(err, &refused):
+		msg = fmt.Sprintf("cannot reach the model at %s: %s", m.baseURL, refused.Error())
+	case status != 0:
+		msg = fmt.Sprintf("calling model %q at %s: HTTP %d %s", re.ModelName(), m.baseURL, status, http.StatusText(status))
+		switch status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			msg += "; check the run's API key (agent.api_key_secret)"
+		case http.StatusNotFound:
+			msg += "; check the model name and agent.base_url"
+		}
+	case errors.Is(err, context.DeadlineExceeded):
+		msg = fmt.Sprintf("calling model %q at %s: no answer in time", re.ModelName(), m.baseURL)
+	default:
+		msg = fmt.Sprintf("calling model %q at %s: the call failed", re.ModelName(), m.baseURL)
+	}
+	return &tenantError{msg: msg + " (the server's log has the details under reference " + ref + ")", err: err}
+}
+
+// tenantError is an error with a message fit for the tenant; errors.Is
+// and As still see the cause.
+type tenantError struct {
+	msg string
+	err error
+}
+
+func (e *tenantError) Error() string { return e.msg }
+func (e *tenantError) Unwrap() error { return e.err }
