@@ -88,6 +88,11 @@ func (s *Service) runAgent(ctx context.Context, team string, ag api.RunAgent) (*
 			return nil, invalid("agent.capabilities: %q is not one; want workspace, shell, filesystem or skills", c)
 		}
 	}
+	if caps == nil {
+		// A run that names none gets the standard set, as before
+		// capabilities had to be given explicitly.
+		caps = capabilities.Default()
+	}
 	if ag.MaxTurns < 0 || ag.MaxTurns > 1000 {
 		return nil, invalid("agent.max_turns %d: want 1 to 1000 (0 for %d)", ag.MaxTurns, agent.DefaultMaxTurns)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/cove-sandbox/cove/agent"
-	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
@@ -400,9 +399,6 @@ func runUsage(u agent.Usage) api.RunUsage {
 }
 
 func approvalView(ap agent.Approval) api.RunApproval {
-	v := api.RunApproval{CallID: ap.CallID, Tool: ap.Tool, Arguments: ap.Arguments, Reason: ap.Reason}
-	if ap.Tool == "exec_command" {
-		v.Command = sandboxtool.Command(ap.Arguments)
-	}
-	return v
+	// The tool said how to show the call when it was made (agent.Describer).
+	return api.RunApproval{CallID: ap.CallID, Tool: ap.Tool, Arguments: ap.Arguments, Command: ap.Command, Reason: ap.Reason}
 }
