@@ -129,14 +129,19 @@ func (x *extractor) stream(ctx context.Context, r io.Reader) error {
 	}
 }
 
-// streamError wraps an error from the tar reader: a corrupt stream is the
-// caller's bad input, anything else (a failing reader) is passed on. A
-// layer is read from a blob already on disk, through a decompressor whose
-// errors also mean a damaged blob: any error is bad input.
+// streamError wraps an error from the tar reader. A layer is read from a
+// blob already on disk, through a decompressor whose errors also mean a
+// damaged blob: any error is bad input.
 func (x *extractor) streamError(err error) error {
 	if x.layer != nil {
 		return fmt.Errorf("reading the layer's tar stream: %v: %w", err, sandbox.ErrInvalid)
 	}
+	return streamError(err)
+}
+
+// streamError wraps an error from the tar reader: a corrupt stream is the
+// caller's bad input, anything else (a failing reader) is passed on.
+func streamError(err error) error {
 	if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, tar.ErrFieldTooLong) || strings.HasPrefix(err.Error(), "archive/tar:") {
 		return fmt.Errorf("reading tar stream: %w: %w", err, sandbox.ErrInvalid)
