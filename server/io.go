@@ -1209,4 +1209,3 @@ func (s *Server) tempDir() string {
 	os.MkdirAll(d, 0o700)
 	return d
 }
-
