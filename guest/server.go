@@ -180,17 +180,29 @@ func (s *Server) Close() {
 	s.fs.closeWatchers()
 }
 
-func (s *Server) tokenOK(r *http.Request) bool {
-	if s.cfg.AccessToken == "" {
-		return true
-	}
-	got := r.Header.Get(AccessTokenHeader)
-	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AccessToken)) == 1
+// TokenEqual reports, in constant time, whether got is the token want.
+// An empty want matches nothing, not even an empty got: a caller that
+// has no token to ask for decides for itself what that means.
+func TokenEqual(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// HasAccessToken reports whether h carries the access token token in
+// X-Access-Token, by TokenEqual's rules. It is the one check of the
+// header, for the daemon and for the proxies in front of it.
+func HasAccessToken(h http.Header, token string) bool {
+	return TokenEqual(h.Get(AccessTokenHeader), token)
+}
+
+// tokenOK reports whether a request with headers h may reach the daemon:
+// any may when no access token is configured.
+func (s *Server) tokenOK(h http.Header) bool {
+	return s.cfg.AccessToken == "" || HasAccessToken(h, s.cfg.AccessToken)
 }
 
 func (s *Server) requireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.tokenOK(r) {
+		if !s.tokenOK(r.Header) {
 			writeJSONError(w, http.StatusUnauthorized, "missing or wrong access token: send it in the X-Access-Token header")
 			return
 		}
@@ -205,11 +217,7 @@ func (s *Server) authInterceptor() connect.Interceptor {
 type authInterceptor struct{ s *Server }
 
 func (a *authInterceptor) check(h http.Header) error {
-	if a.s.cfg.AccessToken == "" {
-		return nil
-	}
-	got := h.Get(AccessTokenHeader)
-	if subtle.ConstantTimeCompare([]byte(got), []byte(a.s.cfg.AccessToken)) != 1 {
+	if !a.s.tokenOK(h) {
 		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("missing or wrong access token: send it in the %s header", AccessTokenHeader))
 	}
 	return nil

@@ -327,87 +327,110 @@ type gitTarget struct {
 // checkGitURL checks the clone URL raw against the policy and returns
 // what to give git.
 func (a *applier) checkGitURL(ctx context.Context, raw string) (gitTarget, error) {
-	pol := a.opts.Git
-	refuse := func(format string, args ...any) (gitTarget, error) {
-		return gitTarget{}, fmt.Errorf("git repository %q: "+format+": %w", append(append([]any{raw}, args...), sandbox.ErrInvalid)...)
+	t, u, err := parseGitURL(raw)
+	if err != nil {
+		return gitTarget{}, err
 	}
-	switch {
-	case strings.HasPrefix(raw, "-"):
-		return refuse("a clone URL must not start with \"-\"")
-	case strings.ContainsFunc(raw, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		return refuse("a clone URL must not contain control characters")
-	}
-	var t gitTarget
-	var u *url.URL
-	if path.IsAbs(raw) {
-		t.scheme, t.local = "file", raw
-	} else {
-		scheme, _, ok := strings.Cut(raw, "://")
-		if !ok || !urlScheme.MatchString(scheme) {
-			return refuse("give an https:// URL (git's transport helpers such as ext:: and fd::, and host:path addresses, are not accepted)")
-		}
-		var err error
-		if u, err = url.Parse(raw); err != nil || u.Opaque != "" {
-			// Go and git read URLs differently; one Go cannot read
-			// (file://%zz/...) could mean anything to git.
-			return refuse("not a valid URL")
-		}
-		t.scheme = strings.ToLower(u.Scheme)
-		if t.scheme == "file" {
-			if u.Host != "" && u.Host != "localhost" {
-				return refuse("a file:// URL names no host")
-			}
-			t.local = u.Path
-		}
-	}
-	allowed := pol.schemes()
+	allowed := a.opts.Git.schemes()
 	if !slices.Contains(allowed, t.scheme) {
 		what := t.scheme + "://"
 		if t.scheme == "file" {
 			what = "a path on the host"
 		}
-		return refuse("%s is not allowed here; clone from %s", what, schemeList(allowed))
+		return gitTarget{}, refuseGit(raw, "%s is not allowed here; clone from %s", what, schemeList(allowed))
 	}
 	if t.scheme == "file" {
-		// A local repository is host data like a local_dir's src and
-		// is confined the same way. git gets the path that was
-		// checked, never a URL it might decode differently.
-		t.local = path.Clean(t.local)
-		if !path.IsAbs(t.local) {
-			return refuse("a file:// URL needs an absolute path")
-		}
-		if a.opts.BaseDir != "" {
-			p, err := a.resolveHost(t.local)
-			if err != nil {
-				return gitTarget{}, fmt.Errorf("git repository %s: %w", raw, err)
-			}
-			if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-				return gitTarget{}, fmt.Errorf("git repository %s: %w", raw, errSymlink(p))
-			}
-			t.local = p
-		}
-		t.url = t.local
-		return t, nil
+		return a.localGitTarget(raw, t)
 	}
+	return a.remoteGitTarget(ctx, raw, t, u)
+}
+
+// refuseGit is the error for a clone URL the policy refuses.
+func refuseGit(raw, format string, args ...any) error {
+	return fmt.Errorf("git repository %q: "+format+": %w", append(append([]any{raw}, args...), sandbox.ErrInvalid)...)
+}
+
+// parseGitURL reads a clone URL, refusing what no policy allows, and
+// returns its scheme (and host path, for "file") and, unless it is a bare
+// host path, the URL as Go reads it.
+func parseGitURL(raw string) (gitTarget, *url.URL, error) {
+	switch {
+	case strings.HasPrefix(raw, "-"):
+		return gitTarget{}, nil, refuseGit(raw, "a clone URL must not start with \"-\"")
+	case strings.ContainsFunc(raw, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return gitTarget{}, nil, refuseGit(raw, "a clone URL must not contain control characters")
+	}
+	var t gitTarget
+	if path.IsAbs(raw) {
+		t.scheme, t.local = "file", raw
+		return t, nil, nil
+	}
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok || !urlScheme.MatchString(scheme) {
+		return gitTarget{}, nil, refuseGit(raw, "give an https:// URL (git's transport helpers such as ext:: and fd::, and host:path addresses, are not accepted)")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" {
+		// Go and git read URLs differently; one Go cannot read
+		// (file://%zz/...) could mean anything to git.
+		return gitTarget{}, nil, refuseGit(raw, "not a valid URL")
+	}
+	t.scheme = strings.ToLower(u.Scheme)
+	if t.scheme == "file" {
+		if u.Host != "" && u.Host != "localhost" {
+			return gitTarget{}, nil, refuseGit(raw, "a file:// URL names no host")
+		}
+		t.local = u.Path
+	}
+	return t, u, nil
+}
+
+// localGitTarget confines a local repository (t.local) as host data like
+// a local_dir's src. git gets the path that was checked, never a URL it
+// might decode differently.
+func (a *applier) localGitTarget(raw string, t gitTarget) (gitTarget, error) {
+	t.local = path.Clean(t.local)
+	if !path.IsAbs(t.local) {
+		return gitTarget{}, refuseGit(raw, "a file:// URL needs an absolute path")
+	}
+	if a.opts.BaseDir != "" {
+		p, err := a.resolveHost(t.local)
+		if err != nil {
+			return gitTarget{}, fmt.Errorf("git repository %s: %w", raw, err)
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return gitTarget{}, fmt.Errorf("git repository %s: %w", raw, errSymlink(p))
+		}
+		t.local = p
+	}
+	t.url = t.local
+	return t, nil
+}
+
+// remoteGitTarget checks a network clone URL's host and, when the policy
+// checks addresses, pins git to the addresses it checked: only http(s),
+// no credentials, every address the host resolves to allowed.
+func (a *applier) remoteGitTarget(ctx context.Context, raw string, t gitTarget, u *url.URL) (gitTarget, error) {
+	pol := a.opts.Git
 	host := u.Hostname()
 	ip, ipErr := netip.ParseAddr(host)
 	switch {
 	case host == "":
-		return refuse("the URL names no host")
+		return gitTarget{}, refuseGit(raw, "the URL names no host")
 	case ipErr != nil && !dnsName.MatchString(host):
-		return refuse("host %q is not a host name or an IP address", host)
+		return gitTarget{}, refuseGit(raw, "host %q is not a host name or an IP address", host)
 	case ipErr == nil && ip.Zone() != "":
-		return refuse("an address with a zone is not accepted")
+		return gitTarget{}, refuseGit(raw, "an address with a zone is not accepted")
 	}
 	if pol.CheckAddr == nil {
 		t.url = raw
 		return t, nil
 	}
 	if t.scheme != "https" && t.scheme != "http" {
-		return refuse("only https:// can be cloned here")
+		return gitTarget{}, refuseGit(raw, "only https:// can be cloned here")
 	}
 	if u.User != nil {
-		return refuse("credentials in the URL are not accepted: only public repositories can be cloned here")
+		return gitTarget{}, refuseGit(raw, "credentials in the URL are not accepted: only public repositories can be cloned here")
 	}
 	port := 443
 	if t.scheme == "http" {
@@ -416,35 +439,22 @@ func (a *applier) checkGitURL(ctx context.Context, raw string) (gitTarget, error
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
-			return refuse("port %q is out of range", p)
+			return gitTarget{}, refuseGit(raw, "port %q is out of range", p)
 		}
 		port = n
 	}
-	var addrs []netip.Addr
-	if ipErr == nil {
-		addrs = []netip.Addr{ip}
-	} else {
-		resolve := pol.Resolve
-		if resolve == nil {
-			resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-			}
+	addrs := []netip.Addr{ip}
+	if ipErr != nil {
+		var err error
+		if addrs, err = pol.resolve(ctx, host); err != nil {
+			return gitTarget{}, refuseGit(raw, "%v", err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		found, err := resolve(rctx, host)
-		cancel()
-		if err != nil || len(found) == 0 {
-			// The resolver's own message names the server's DNS
-			// server; the tenant needs only the host.
-			return refuse("the host %s could not be resolved", host)
-		}
-		addrs = found
 	}
 	pinned := make([]string, 0, len(addrs))
 	for _, ad := range addrs {
 		ad = ad.Unmap()
 		if err := pol.CheckAddr(host, netip.AddrPortFrom(ad, uint16(port))); err != nil {
-			return refuse("%v", err)
+			return gitTarget{}, refuseGit(raw, "%v", err)
 		}
 		if ad.Is6() {
 			pinned = append(pinned, "["+ad.String()+"]")
@@ -459,6 +469,26 @@ func (a *applier) checkGitURL(ctx context.Context, raw string) (gitTarget, error
 	// Go's form of the URL: what was checked is what git reads.
 	t.url = u.String()
 	return t, nil
+}
+
+// resolve looks host up with the policy's resolver (the system's when it
+// has none), within 15 seconds.
+func (p GitPolicy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	resolve := p.Resolve
+	if resolve == nil {
+		resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	found, err := resolve(rctx, host)
+	cancel()
+	if err != nil || len(found) == 0 {
+		// The resolver's own message names the server's DNS server;
+		// the tenant needs only the host.
+		return nil, fmt.Errorf("the host %s could not be resolved", host)
+	}
+	return found, nil
 }
 
 // schemeList says which transports a policy allows, for errors.

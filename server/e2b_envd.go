@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -141,7 +140,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.San
 			writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort, msg)
 			return
 		}
-	case !tokenEqual(r.Header.Get(guest.AccessTokenHeader), token):
+	case !guest.HasAccessToken(r.Header, token):
 		msg := "unauthorized access: send the sandbox's envd access token in the X-Access-Token header"
 		if r.Header.Get(guest.AccessTokenHeader) != "" {
 			msg = "unauthorized access: wrong envd access token in the X-Access-Token header"
@@ -222,17 +221,13 @@ func (f fullReads) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func tokenEqual(got, want string) bool {
-	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
-
 // filesAuth checks a request to /files: the access token in its header,
 // else a URL signed with it as envd checks one (the SDK's downloadUrl and
 // uploadUrl): signature = "v1_" + base64(sha256(path:operation:user:token
 // [:expiration])), unpadded. "" means allowed; otherwise what is wrong.
 func filesAuth(r *http.Request, token string) string {
-	if h := r.Header.Get(guest.AccessTokenHeader); h != "" {
-		if tokenEqual(h, token) {
+	if r.Header.Get(guest.AccessTokenHeader) != "" {
+		if guest.HasAccessToken(r.Header, token) {
 			return ""
 		}
 		return "access token present in header but does not match"
@@ -252,7 +247,7 @@ func filesAuth(r *http.Request, token string) string {
 		raw += ":" + exp
 	}
 	sum := sha256.Sum256([]byte(raw))
-	if !tokenEqual(sig, "v1_"+base64.RawStdEncoding.EncodeToString(sum[:])) {
+	if !guest.TokenEqual(sig, "v1_"+base64.RawStdEncoding.EncodeToString(sum[:])) {
 		return "invalid signature"
 	}
 	if exp != "" {
@@ -275,7 +270,7 @@ func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.
 		case got == "":
 			writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing")
 			return
-		case !tokenEqual(got, want):
+		case !guest.TokenEqual(got, want):
 			writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid")
 			return
 		}

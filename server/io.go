@@ -1076,10 +1076,7 @@ func (s *Server) readTar(w http.ResponseWriter, r *http.Request, c *caller) {
 		if isRoot {
 			return sess.SnapshotWorkspace(r.Context(), dst)
 		}
-		if ar, ok := sess.(sandbox.Archiver); ok {
-			return ar.ReadDirTar(r.Context(), dir, dst)
-		}
-		return buildTar(r.Context(), sess, dir, dst)
+		return tarball.ReadDir(r.Context(), sess, dir, dst)
 	})
 }
 
@@ -1089,55 +1086,6 @@ func tarFileName(dir string) string {
 		b = "workspace"
 	}
 	return b + ".tar"
-}
-
-// maxTarDepth is how deep buildTar lists a tree.
-const maxTarDepth = 1 << 10
-
-// buildTar writes the tree under dir as a tar through the file calls, for
-// sessions that are not Archivers: members relative to dir, directories
-// before their contents, symlinks as links.
-func buildTar(ctx context.Context, sess sandbox.Session, dir string, w io.Writer) error {
-	fis, err := sess.List(ctx, dir, maxTarDepth)
-	if err != nil {
-		return err
-	}
-	sort.Slice(fis, func(i, j int) bool { return fis[i].Path < fis[j].Path })
-	tw := tar.NewWriter(w)
-	for _, fi := range fis {
-		name, ok := strings.CutPrefix(fi.Path, strings.TrimSuffix(dir, "/")+"/")
-		if !ok || name == "" {
-			continue
-		}
-		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode & 0o7777), ModTime: fi.ModTime.Truncate(time.Second), Format: tar.FormatPAX}
-		switch fi.Type {
-		case sandbox.TypeDir:
-			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		case sandbox.TypeSymlink:
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, fi.SymlinkTarget
-		default:
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			continue
-		}
-		rc, err := sess.ReadFile(ctx, fi.Path)
-		if err != nil {
-			return err
-		}
-		n, err := io.Copy(tw, io.LimitReader(rc, fi.Size))
-		rc.Close()
-		if err == nil && n != fi.Size {
-			err = fmt.Errorf("%s changed size while it was archived: %w", fi.Path, sandbox.ErrState)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return tw.Close()
 }
 
 func (s *Server) writeTar(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -1174,13 +1122,10 @@ func (s *Server) writeTar(w http.ResponseWriter, r *http.Request, c *caller) {
 		spool.Close()
 		os.Remove(spool.Name())
 	}()
-	switch ar, ok := sess.(sandbox.Archiver); {
-	case isRoot:
+	if isRoot {
 		err = sess.RestoreWorkspace(r.Context(), spool)
-	case ok:
-		err = ar.WriteDirTar(r.Context(), dir, spool)
-	default:
-		err = extractTar(r.Context(), sess, dir, spool)
+	} else {
+		err = tarball.WriteDir(r.Context(), sess, dir, spool)
 	}
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("extracting into %s: %w", dir, err))
@@ -1263,46 +1208,4 @@ func (s *Server) tempDir() string {
 	d := filepath.Join(s.cfg.DataDir, "tmp")
 	os.MkdirAll(d, 0o700)
 	return d
-}
-
-// extractTar extracts a checked tar into dir through the file calls, for
-// sessions that are not Archivers. Such a session can make links only by
-// restoring the whole workspace.
-func extractTar(ctx context.Context, sess sandbox.Session, dir string, r io.Reader) error {
-	if err := sess.Mkdir(ctx, dir); err != nil {
-		return err
-	}
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name, err := tarball.CheckHeader(hdr)
-		if err != nil {
-			return err
-		}
-		if name == "." {
-			continue
-		}
-		p := path.Join(dir, name)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			err = sess.Mkdir(ctx, p)
-		case tar.TypeReg, tar.TypeRegA, tar.TypeCont, tar.TypeGNUSparse:
-			if strings.HasSuffix(hdr.Name, "/") {
-				err = sess.Mkdir(ctx, p)
-			} else {
-				err = sess.WriteFile(ctx, p, tr, uint32(hdr.Mode)&0o777)
-			}
-		default:
-			err = fmt.Errorf("tar member %q: this runtime makes links only when the whole workspace is restored; upload the tar to the workspace root: %w", hdr.Name, sandbox.ErrInvalid)
-		}
-		if err != nil {
-			return err
-		}
-	}
 }

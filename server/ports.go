@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -463,7 +462,7 @@ func portTokenOK(r *http.Request, token string) (ok, fromCookie bool) {
 	if token == "" {
 		return false, false
 	}
-	eq := func(v string) bool { return subtle.ConstantTimeCompare([]byte(v), []byte(token)) == 1 }
+	eq := func(v string) bool { return guest.TokenEqual(v, token) }
 	if eq(r.Header.Get(portTokenHeader)) || eq(r.URL.Query().Get(portTokenQuery)) {
 		return true, false
 	}

@@ -333,3 +333,11 @@ func resolvConf() string {
 	}
 	return "# the host has no resolver a sandbox can reach\n"
 }
+
+// mkdirMode makes a directory with exactly this mode, whatever the umask.
+func mkdirMode(root *os.Root, name string, mode fs.FileMode) error {
+	if err := root.Mkdir(name, 0o700); err != nil {
+		return err
+	}
+	return root.Chmod(name, mode)
+}

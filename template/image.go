@@ -108,11 +108,11 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader, progress f
 	}
 	defer root.Close()
 	chown := os.Geteuid() == 0
-	u := newUnpacker(ctx, root, chown, progress)
+	layers := tarball.NewLayers(root, tarball.LayerOptions{Chown: chown, Note: progress})
 	for i, l := range img.layers {
 		start := time.Now()
 		progress(fmt.Sprintf("layer %d/%d (%s)...", i+1, len(img.layers), HumanSize(l.size)))
-		if err := arch.applyLayer(u, l); err != nil {
+		if err := arch.applyLayer(ctx, layers, l); err != nil {
 			label := l.name
 			if l.digest != "" {
 				label = "sha256:" + shortDigest(l.digest)
@@ -121,7 +121,7 @@ func (s *Store) Import(ctx context.Context, name string, r io.Reader, progress f
 		}
 		progress(fmt.Sprintf("layer %d/%d done in %s", i+1, len(img.layers), time.Since(start).Round(time.Millisecond)))
 	}
-	if err := u.finish(); err != nil {
+	if err := layers.Finish(); err != nil {
 		return nil, wrap(err)
 	}
 	if err := ensureMountPoints(root); err != nil {
@@ -476,7 +476,7 @@ func blobPath(digest string) (string, error) {
 
 // applyLayer decompresses one layer blob and unpacks it, checking the
 // blob's digest when it is known.
-func (a *archive) applyLayer(u *unpacker, l layerRef) error {
+func (a *archive) applyLayer(ctx context.Context, layers *tarball.Layers, l layerRef) error {
 	sr, err := a.open(l.name)
 	if err != nil {
 		return err
@@ -493,7 +493,7 @@ func (a *archive) applyLayer(u *unpacker, l layerRef) error {
 		return err
 	}
 	defer closeDec()
-	if err := u.apply(dec); err != nil {
+	if err := layers.Apply(ctx, dec); err != nil {
 		return err
 	}
 	if h != nil {

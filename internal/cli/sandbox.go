@@ -456,13 +456,9 @@ func copyIn(ctx context.Context, s sandbox.Session, src, dst string, stderr io.W
 		fmt.Fprintf(stderr, "copied %s (%d bytes) to %s:%s\n", src, fi.Size(), s.ID(), dst)
 		return nil
 	}
-	ar, ok := s.(sandbox.Archiver)
-	if !ok {
-		return fmt.Errorf("cp: this runtime cannot copy folders")
-	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(tarball.Write(ctx, pw, src)) }()
-	if err := ar.WriteDirTar(ctx, dst, pr); err != nil {
+	if err := tarball.WriteDir(ctx, s, dst, pr); err != nil {
 		pr.CloseWithError(err)
 		return fmt.Errorf("cp: %w", err)
 	}
@@ -499,15 +495,11 @@ func copyOut(ctx context.Context, s sandbox.Session, src, dst string, stderr io.
 		fmt.Fprintf(stderr, "copied %s:%s (%d bytes) to %s\n", s.ID(), src, n, dst)
 		return nil
 	}
-	ar, ok := s.(sandbox.Archiver)
-	if !ok {
-		return fmt.Errorf("cp: this runtime cannot copy folders")
-	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(ar.ReadDirTar(ctx, src, pw)) }()
+	go func() { pw.CloseWithError(tarball.ReadDir(ctx, s, src, pw)) }()
 	if err := tarball.Extract(ctx, pr, dst, tarball.ExtractOptions{}); err != nil {
 		pr.CloseWithError(err)
 		return fmt.Errorf("cp: %w", err)

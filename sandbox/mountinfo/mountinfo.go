@@ -1,6 +1,7 @@
 // Package mountinfo reads the kernel's mount table (/proc/PID/mountinfo):
 // what the local runtime and the template store look at before removing
-// a directory, so that nothing is deleted through a mount still on it.
+// a directory, so that nothing is deleted through a mount still on it,
+// and where the cgroup package finds the v1 hierarchies.
 package mountinfo
 
 import (

@@ -189,26 +189,10 @@ func CheckHeader(hdr *tar.Header) (clean string, err error) {
 	bad := func(format string, args ...any) (string, error) {
 		return "", fmt.Errorf("tar member %q: %s: %w", hdr.Name, fmt.Sprintf(format, args...), sandbox.ErrInvalid)
 	}
+	if clean, err = checkName(hdr.Name, "workspace"); err != nil {
+		return "", fmt.Errorf("tar member %q: %w", hdr.Name, err)
+	}
 	name := hdr.Name
-	switch {
-	case name == "":
-		return bad("empty name")
-	case strings.IndexByte(name, 0) >= 0:
-		return bad("name contains a NUL byte")
-	case strings.HasPrefix(name, "/"):
-		return bad("name is absolute; members must be relative to the workspace root")
-	case len(name) > sandbox.MaxPathLen:
-		return bad("name of %d bytes is longer than the %d-byte limit", len(name), sandbox.MaxPathLen)
-	}
-	for _, c := range strings.Split(name, "/") {
-		if c == ".." {
-			return bad("name climbs out of the workspace with \"..\"")
-		}
-		if len(c) > sandbox.MaxNameLen {
-			return bad("name component of %d bytes is longer than the %d-byte limit", len(c), sandbox.MaxNameLen)
-		}
-	}
-	clean = path.Clean(name)
 
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeRegA, tar.TypeCont, tar.TypeGNUSparse:
@@ -241,6 +225,36 @@ func CheckHeader(hdr *tar.Header) (clean string, err error) {
 		return bad("unsupported member type %q", string(hdr.Typeflag))
 	}
 	return clean, nil
+}
+
+// checkName vets a member name and returns it clean and relative to the
+// root ("." for the root itself): not empty, no NUL byte, not absolute,
+// no ".." component, within sandbox.MaxPathLen and sandbox.MaxNameLen.
+// where names the tree for the error ("workspace"), which wraps
+// sandbox.ErrInvalid and leaves naming the member to the caller.
+func checkName(name, where string) (string, error) {
+	bad := func(format string, args ...any) (string, error) {
+		return "", fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), sandbox.ErrInvalid)
+	}
+	switch {
+	case name == "":
+		return bad("empty name")
+	case strings.IndexByte(name, 0) >= 0:
+		return bad("name contains a NUL byte")
+	case strings.HasPrefix(name, "/"):
+		return bad("name is absolute; members must be relative to the %s's root", where)
+	case len(name) > sandbox.MaxPathLen:
+		return bad("name of %d bytes is longer than the %d-byte limit", len(name), sandbox.MaxPathLen)
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return bad("name climbs out of the %s with \"..\"", where)
+		}
+		if len(c) > sandbox.MaxNameLen {
+			return bad("name component of %d bytes is longer than the %d-byte limit", len(c), sandbox.MaxNameLen)
+		}
+	}
+	return path.Clean(name), nil
 }
 
 // checkSymlinkTarget returns why the symlink at the clean member name

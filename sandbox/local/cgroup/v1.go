@@ -1,7 +1,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 // cfsPeriod is the CFS bandwidth period, in microseconds, that CPU quotas
@@ -32,20 +32,14 @@ func cpuQuota(cpus float64) int64 {
 // (/sys/fs/cgroup), as containerd/cgroups finds it: the parent of the
 // first cgroup mount in mountinfo.
 func v1Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read("/proc/self/mountinfo")
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 10 && fields[len(fields)-3] == "cgroup" {
-			return filepath.Dir(fields[4]), nil
+	for _, m := range mounts {
+		if m.FSType == "cgroup" {
+			return filepath.Dir(m.Point), nil
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
 	}
 	return "", fmt.Errorf("no cgroup v1 hierarchy is mounted: %w", sandbox.ErrUnavailable)
 }

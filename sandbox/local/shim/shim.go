@@ -26,6 +26,7 @@ import (
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
+	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
 	"github.com/cove-sandbox/cove/sandbox/local/harden"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
@@ -43,7 +44,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	dir := args[1]
 	initCmd := args[2:]
 	// Catch the signals first: the runtime may send SIGHUP (a new TTL)
-	// as soon as the sandbox answers, before the loop below runs, and an
+	// as soon as the sandbox answers, before supervise runs, and an
 	// uncaught SIGHUP would end the supervisor.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -72,114 +73,20 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		initCmd = []string{exe}
 	}
 
-	sock := filepath.Join(dir, "guest.sock")
-	// The daemon's listening socket comes from the runtime as fd 3 and
-	// goes to pid 1 the same way.
-	lf := os.NewFile(sbdir.ListenFD, "guest.sock")
-	fl, err := net.FileListener(lf)
+	cmd, release, err := startInit(ctx, dir, initCmd, st, stderr, log)
 	if err != nil {
-		return fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", sbdir.ListenFD, err)
-	}
-	fl.Close()
-	if err := privateMounts(); err != nil {
-		lf.Close()
 		return err
 	}
-	grp, release, err := host.Acquire(ctx, dir, st, log)
-	if err != nil {
-		lf.Close()
-		return err
-	}
-	st.Init.OOMFile = host.OOMFile(grp)
-	if err := sbdir.WriteInit(dir, &st.Init); err != nil {
-		release()
-		lf.Close()
-		return err
-	}
-
-	cmd := exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
-	cmd.Env = []string{"PATH=" + sbdir.DefaultPath, sbdir.TokenEnv + "=" + st.Token}
-	if v, ok := os.LookupEnv("GORACE"); ok {
-		cmd.Env = append(cmd.Env, "GORACE="+v)
-	}
-	cmd.ExtraFiles = []*os.File{lf}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
-		// pid 1 dies with its supervisor, so no sandbox runs unsupervised.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	if st.Init.Harden {
-		// pid 1 inherits this thread's bounding set: leave it only what it
-		// needs to build the root (mounts, hostname: SYS_ADMIN; loopback:
-		// NET_ADMIN; shrinking the set further: SETPCAP) and to serve.
-		// The thread is locked and only starts pid 1.
-		if err := harden.ShrinkBoundingSet([]string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP"}); err != nil {
-			lf.Close()
-			release()
-			return err
-		}
-	}
-	// pid 1 is born in its group, so nothing it starts ever runs outside
-	// the limits: on cgroup v2 through clone's CLONE_INTO_CGROUP, on v1 by
-	// forking it from this (locked) thread while the thread visits the
-	// group. Moving pid 1 in after the fork cost a 5–12 ms kernel grace
-	// period, and pid 1 could start a command before it was in.
-	var leaveGroup func() error
-	if grp != nil {
-		if fd, ok := grp.FD(); ok {
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-		} else if leaveGroup, err = grp.EnterThread(); err != nil {
-			lf.Close()
-			release()
-			return fmt.Errorf("putting the sandbox in its cgroup: %w", err)
-		}
-	}
-	err = cmd.Start()
-	if leaveGroup != nil {
-		if lerr := leaveGroup(); lerr != nil {
-			// The supervisor must not stay in the sandbox's group: a
-			// kill of the group would take it too.
-			if err == nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-			}
-			lf.Close()
-			release()
-			return fmt.Errorf("leaving the sandbox's cgroup after starting its pid 1: %w", lerr)
-		}
-	}
-	if err != nil {
-		lf.Close()
-		release()
-		return fmt.Errorf("starting the sandbox's pid 1: %w", err)
-	}
-	lf.Close()
 	if n := st.Init.Net; n != nil {
 		// pid 1 waits for its end of the pair before its daemon serves.
-		if err := host.NetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			release()
-			return fmt.Errorf("setting up the sandbox's network: %w", err)
+		if err = host.NetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {
+			err = fmt.Errorf("setting up the sandbox's network: %w", err)
 		}
 	}
-	if _, err := sbdir.Update(dir, func(s *sbdir.State) error {
-		s.ShimPID = os.Getpid()
-		s.InitPID = cmd.Process.Pid
-		s.CgroupRoot = st.CgroupRoot
-		s.Info.State = sandbox.StateRunning
-		s.StopReason = ""
-		// The TTL clock starts when the sandbox first runs and keeps
-		// going across stops and supervisor restarts.
-		if s.Deadline.IsZero() && s.Info.Spec.TTL > 0 {
-			s.Deadline = time.Now().Add(s.Info.Spec.TTL)
-		}
-		st = s
-		return nil
-	}); err != nil {
+	if err == nil {
+		st, err = recordRunning(dir, st, cmd)
+	}
+	if err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		release()
@@ -189,50 +96,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	// From here the supervisor only waits: give back its start-up pages.
 	time.AfterFunc(time.Second, sbutil.TrimMemory)
 
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	// SIGHUP (hup): the state changed (a pooled sandbox was claimed and
-	// given a TTL, or the TTL moved): read the deadline again.
-	ttlTimer := time.NewTimer(time.Hour)
-	ttlTimer.Stop()
-	defer ttlTimer.Stop()
-	setDeadline := func(d time.Time) {
-		ttlTimer.Stop()
-		if !d.IsZero() {
-			ttlTimer.Reset(time.Until(d))
-		}
-	}
-	setDeadline(st.Deadline)
-	reason := ""
-	var waitErr error
-loop:
-	for {
-		select {
-		case waitErr = <-exited:
-			reason = fmt.Sprintf("exited: %v", waitErr)
-			break loop
-		case <-sigs:
-			reason = "stopped"
-			break loop
-		case <-hup:
-			if now, err := sbdir.Read(dir); err == nil {
-				setDeadline(now.Deadline)
-			}
-		case <-ttlTimer.C:
-			reason = "ttl"
-			log.Info("TTL reached; stopping the sandbox")
-			break loop
-		case <-ctx.Done():
-			reason = "stopped"
-			break loop
-		}
-	}
-	if reason == "stopped" || reason == "ttl" {
-		// Killing pid 1 of a pid namespace kills every process in it.
-		cmd.Process.Kill()
-		waitErr = <-exited
-	}
-	os.Remove(sock)
+	reason := supervise(ctx, dir, cmd, st.Deadline, sigs, hup, log)
+	os.Remove(filepath.Join(dir, "guest.sock"))
 	release()
 	if n := st.Init.Net; n != nil {
 		if err := host.NetDown(filepath.Dir(dir), st.Info.ID, n); err != nil {
@@ -252,6 +117,165 @@ loop:
 	}
 	log.Info("sandbox stopped", "reason", reason)
 	return nil
+}
+
+// startInit takes what the sandbox holds on the host (its mounts, its
+// cgroup: release gives them back) and starts its pid 1 with the daemon's
+// listening socket, in its cgroup. On error nothing is left held or
+// running.
+func startInit(ctx context.Context, dir string, initCmd []string, st *sbdir.State, stderr io.Writer, log *slog.Logger) (cmd *exec.Cmd, release func(), err error) {
+	// The daemon's listening socket comes from the runtime as fd 3 and
+	// goes to pid 1 the same way.
+	lf := os.NewFile(sbdir.ListenFD, "guest.sock")
+	defer lf.Close() // pid 1 has its own copy once started
+	fl, err := net.FileListener(lf)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", sbdir.ListenFD, err)
+	}
+	fl.Close()
+	if err := privateMounts(); err != nil {
+		return nil, nil, err
+	}
+	grp, release, err := host.Acquire(ctx, dir, st, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	st.Init.OOMFile = host.OOMFile(grp)
+	if err := sbdir.WriteInit(dir, &st.Init); err != nil {
+		release()
+		return nil, nil, err
+	}
+
+	cmd = exec.Command(initCmd[0], append(initCmd[1:], "local-init", "--dir", dir)...)
+	cmd.Env = []string{"PATH=" + sbdir.DefaultPath, sbdir.TokenEnv + "=" + st.Token}
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		cmd.Env = append(cmd.Env, "GORACE="+v)
+	}
+	cmd.ExtraFiles = []*os.File{lf}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		// pid 1 dies with its supervisor, so no sandbox runs unsupervised.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if st.Init.Harden {
+		// pid 1 inherits this thread's bounding set: leave it only what it
+		// needs to build the root (mounts, hostname: SYS_ADMIN; loopback:
+		// NET_ADMIN; shrinking the set further: SETPCAP) and to serve.
+		// The thread is locked and only starts pid 1.
+		if err := harden.ShrinkBoundingSet([]string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP"}); err != nil {
+			release()
+			return nil, nil, err
+		}
+	}
+	if err := startInGroup(cmd, grp); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return cmd, release, nil
+}
+
+// startInGroup starts pid 1 born in grp (when there is one), so nothing
+// it starts ever runs outside the limits: on cgroup v2 through clone's
+// CLONE_INTO_CGROUP, on v1 by forking it from this (locked) thread while
+// the thread visits the group. Moving pid 1 in after the fork cost a
+// 5–12 ms kernel grace period, and pid 1 could start a command before it
+// was in. On error pid 1 is not running.
+func startInGroup(cmd *exec.Cmd, grp *cgroup.Group) error {
+	var leaveGroup func() error
+	if grp != nil {
+		if fd, ok := grp.FD(); ok {
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		} else {
+			var err error
+			if leaveGroup, err = grp.EnterThread(); err != nil {
+				return fmt.Errorf("putting the sandbox in its cgroup: %w", err)
+			}
+		}
+	}
+	err := cmd.Start()
+	if leaveGroup != nil {
+		if lerr := leaveGroup(); lerr != nil {
+			// The supervisor must not stay in the sandbox's group: a
+			// kill of the group would take it too.
+			if err == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+			return fmt.Errorf("leaving the sandbox's cgroup after starting its pid 1: %w", lerr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("starting the sandbox's pid 1: %w", err)
+	}
+	return nil
+}
+
+// recordRunning records the supervisor and pid 1 in the sandbox's state,
+// starting the TTL clock on the sandbox's first run, and returns the state
+// as recorded.
+func recordRunning(dir string, st *sbdir.State, cmd *exec.Cmd) (*sbdir.State, error) {
+	_, err := sbdir.Update(dir, func(s *sbdir.State) error {
+		s.ShimPID = os.Getpid()
+		s.InitPID = cmd.Process.Pid
+		s.CgroupRoot = st.CgroupRoot
+		s.Info.State = sandbox.StateRunning
+		s.StopReason = ""
+		// The TTL clock starts when the sandbox first runs and keeps
+		// going across stops and supervisor restarts.
+		if s.Deadline.IsZero() && s.Info.Spec.TTL > 0 {
+			s.Deadline = time.Now().Add(s.Info.Spec.TTL)
+		}
+		st = s
+		return nil
+	})
+	return st, err
+}
+
+// supervise waits until pid 1 ends, the supervisor is told to stop (sigs,
+// ctx) or the deadline passes, kills pid 1 in the last two cases, and
+// returns why the sandbox stopped, as recorded in its state. SIGHUP (hup)
+// means the state changed (a pooled sandbox was claimed and given a TTL,
+// or the TTL moved): it reads the deadline again.
+func supervise(ctx context.Context, dir string, cmd *exec.Cmd, deadline time.Time, sigs, hup <-chan os.Signal, log *slog.Logger) string {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ttlTimer := time.NewTimer(time.Hour)
+	ttlTimer.Stop()
+	defer ttlTimer.Stop()
+	setDeadline := func(d time.Time) {
+		ttlTimer.Stop()
+		if !d.IsZero() {
+			ttlTimer.Reset(time.Until(d))
+		}
+	}
+	setDeadline(deadline)
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Sprintf("exited: %v", err)
+		case <-sigs:
+			// Killing pid 1 of a pid namespace kills every process in it.
+			cmd.Process.Kill()
+			<-exited
+			return "stopped"
+		case <-hup:
+			if now, err := sbdir.Read(dir); err == nil {
+				setDeadline(now.Deadline)
+			}
+		case <-ttlTimer.C:
+			log.Info("TTL reached; stopping the sandbox")
+			cmd.Process.Kill()
+			<-exited
+			return "ttl"
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			<-exited
+			return "stopped"
+		}
+	}
 }
 
 // privateMounts gives the calling thread (locked, the one that mounts the
