@@ -17,7 +17,7 @@ import (
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
-	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
 
@@ -75,7 +75,7 @@ func sessions(t *testing.T) map[string]func(t *testing.T) sandbox.Session {
 			return plainSession{hostprocSession(t)}
 		},
 		"fake": func(t *testing.T) sandbox.Session {
-			s, err := sandboxtest.NewFake().Create(t.Context(), sandbox.Spec{})
+			s, err := fake.New().Create(t.Context(), sandbox.Spec{})
 			if err != nil {
 				t.Fatal(err)
 			}
