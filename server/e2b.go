@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
@@ -151,15 +152,13 @@ func e2bToken() string {
 // e2bGone reports whether E2B would no longer know a sandbox: its
 // timeout passed and it is to be deleted then (the lifecycle loop does so
 // within a few seconds; until then the E2B API already answers as after).
-func (s *Server) e2bGone(rec store.Sandbox) bool {
-	return rec.OnExpire == store.ExpireDelete && !rec.Deadline.IsZero() && !s.cfg.Now().Before(rec.Deadline)
-}
+func (s *Server) e2bGone(rec store.Sandbox) bool { return s.fleet.Expired(rec) }
 
 // e2bRecord loads the caller's sandbox named in the path, answering 404
 // in E2B's words when it is unknown, another team's, or gone.
 func (s *Server) e2bRecord(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, bool) {
 	id := r.PathValue("sandboxID")
-	rec, err := s.cfg.Store.GetSandbox(r.Context(), c.team, id)
+	rec, err := s.fleet.Get(r.Context(), c.team, id)
 	if err == nil && s.e2bGone(rec) {
 		err = sandbox.ErrNotFound
 	}
@@ -181,12 +180,16 @@ func (s *Server) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traff
 	if t := rec.Spec.Labels[e2bEnvdTokenLabel]; t != "" {
 		return t, rec.Spec.Labels[e2bTrafficTokenLabel], nil
 	}
-	err = s.update(ctx, rec, func(rec *store.Sandbox) {
-		if rec.Spec.Labels[e2bEnvdTokenLabel] == "" {
-			rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
+	fresh, err := s.fleet.SetOwnLabels(ctx, rec.TeamID, rec.ID, func(labels map[string]string) {
+		if labels[e2bEnvdTokenLabel] == "" {
+			labels[e2bEnvdTokenLabel] = e2bToken()
 		}
 	})
-	return rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel], err
+	if err != nil {
+		return "", "", err
+	}
+	*rec = fresh
+	return rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel], nil
 }
 
 // The control plane's bodies, as E2B's OpenAPI spec names them.
@@ -276,6 +279,6 @@ func (s *Server) e2bListedView(rec store.Sandbox) e2bListed {
 		CPUCount:   max(1, int(math.Ceil(rec.Spec.Limits.CPUs))),
 		MemoryMB:   rec.Spec.Limits.MemoryBytes >> 20,
 		DiskSizeMB: rec.Spec.Limits.DiskBytes >> 20,
-		Metadata:   userLabels(rec.Spec.Labels), State: state, EnvdVersion: e2bEnvdVersion, VolumeMounts: []any{},
+		Metadata:   fleet.UserLabels(rec.Spec.Labels), State: state, EnvdVersion: e2bEnvdVersion, VolumeMounts: []any{},
 	}
 }

@@ -80,7 +80,7 @@ func (s *Server) serveE2BByHeader(w http.ResponseWriter, r *http.Request) bool {
 // API. false leaves the request to Cove's exposed ports.
 func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
 	if port != e2bEnvdPort {
-		rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
+		rec, err := s.fleet.Find(r.Context(), id)
 		if err != nil || rec.Spec.Labels[e2bLabel] == "" {
 			return false
 		}
@@ -90,7 +90,7 @@ func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id strin
 }
 
 func (s *Server) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
-	rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
+	rec, err := s.fleet.Find(r.Context(), id)
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		status, _, msg := s.failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
 		writeE2BProxyError(w, r, status, id, port, msg)
@@ -158,7 +158,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.San
 			}
 		}
 	}
-	sess, err := s.runtimeSession(r.Context(), rec)
+	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {
 		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
 		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, e2bEnvdPort, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
@@ -284,7 +284,7 @@ func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.
 		pausedError(w, r, rec, port)
 		return
 	}
-	sess, err := s.runtimeSession(r.Context(), rec)
+	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {
 		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
 		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -105,7 +106,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	for k, v := range body.Metadata {
-		if err := checkLabel("metadata", k, v); err != nil {
+		if err := fleet.CheckLabel("metadata", k, v); err != nil {
 			s.e2bFail(w, r, err)
 			return
 		}
@@ -128,23 +129,15 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	// The client leaving must not leave a sandbox half made.
 	ctx := context.WithoutCancel(r.Context())
 	start := time.Now()
-	rec, _, err := s.createRecorded(ctx, c.team, api.CreateSandbox{
+	own := map[string]string{e2bLabel: "1", e2bEnvdTokenLabel: e2bToken()}
+	if !public {
+		own[e2bTrafficTokenLabel] = e2bToken()
+	}
+	rec, _, err := s.fleet.CreateLabeled(ctx, c.team, api.CreateSandbox{
 		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata, Network: network,
-	})
+	}, own)
 	if err != nil {
 		s.e2bFail(w, r, err)
-		return
-	}
-	err = s.update(ctx, &rec, func(rec *store.Sandbox) {
-		rec.Spec.Labels[e2bLabel] = "1"
-		rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
-		if !public {
-			rec.Spec.Labels[e2bTrafficTokenLabel] = e2bToken()
-		}
-	})
-	if err != nil {
-		s.remove(ctx, rec.ID)
-		s.e2bFail(w, r, fmt.Errorf("creating the sandbox (it was deleted): %w", err))
 		return
 	}
 	s.metrics.created(time.Since(start))
@@ -174,7 +167,7 @@ func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
 	if !ok {
 		return
 	}
-	if err := s.remove(context.WithoutCancel(r.Context()), rec.ID); err != nil {
+	if err := s.fleet.Delete(context.WithoutCancel(r.Context()), c.team, rec.ID); err != nil {
 		s.e2bFail(w, r, err)
 		return
 	}
@@ -238,12 +231,9 @@ func (s *Server) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, tt
 		writeE2BError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused; resume it with Sandbox.connect first", rec.ID))
 		return
 	}
-	t := s.cfg.Now().Add(ttl)
-	if shorter || t.After(rec.Deadline) {
-		if err := s.setDeadline(context.WithoutCancel(r.Context()), &rec, t); err != nil {
-			s.e2bFail(w, r, err)
-			return
-		}
+	if _, err := s.fleet.Extend(context.WithoutCancel(r.Context()), c.team, rec.ID, ttl, shorter); err != nil {
+		s.e2bFail(w, r, err)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -265,8 +255,7 @@ func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeE2BError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
 		return
 	}
-	rec.Deadline = time.Time{} // written with the stop
-	if err := s.stop(context.WithoutCancel(r.Context()), &rec); err != nil {
+	if _, err := s.fleet.Pause(context.WithoutCancel(r.Context()), c.team, rec.ID); err != nil {
 		s.e2bFail(w, r, err)
 		return
 	}
@@ -290,19 +279,13 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
+	rec, resumed, err := s.fleet.Keep(ctx, c.team, rec.ID, ttl)
+	if err != nil {
+		s.e2bFail(w, r, err)
+		return
+	}
 	status := http.StatusOK
-	if rec.State == store.StateRunning {
-		if t := s.cfg.Now().Add(ttl); t.After(rec.Deadline) {
-			if err := s.setDeadline(ctx, &rec, t); err != nil {
-				s.e2bFail(w, r, err)
-				return
-			}
-		}
-	} else {
-		if err := s.resumeFor(ctx, c.team, &rec, ttl); err != nil {
-			s.e2bFail(w, r, err)
-			return
-		}
+	if resumed {
 		status = http.StatusCreated
 	}
 	envd, traffic, err := s.e2bTokens(ctx, &rec)
@@ -407,7 +390,7 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeE2BError(w, http.StatusBadRequest, msg)
 		return
 	}
-	recs, next, err := s.cfg.Store.ListSandboxes(r.Context(), lq.filter)
+	recs, next, err := s.fleet.List(r.Context(), c.team, lq.filter)
 	if err != nil {
 		s.e2bFail(w, r, err)
 		return
@@ -442,7 +425,7 @@ func (s *Server) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
 	out := []e2bListed{}
 	lq.filter.Limit = 1000
 	for {
-		recs, next, err := s.cfg.Store.ListSandboxes(r.Context(), lq.filter)
+		recs, next, err := s.fleet.List(r.Context(), c.team, lq.filter)
 		if err != nil {
 			s.e2bFail(w, r, err)
 			return

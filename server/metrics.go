@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cove-sandbox/cove/store"
 )
 
 // metrics are the server's figures, served at /metrics in the Prometheus
@@ -137,14 +136,10 @@ func (m *metrics) exec(d time.Duration, failed bool) {
 // store on each scrape, so they are right whichever server changed them.
 // It needs no API key: the figures name no team or sandbox.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	counts := map[string]int{store.StateRunning: 0, store.StateStopped: 0}
-	recs, err := s.allSandboxes(r.Context(), "")
+	counts, err := s.fleet.Counts(r.Context())
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("counting sandboxes: %w", err))
+		s.fail(w, r, err)
 		return
-	}
-	for _, rec := range recs {
-		counts[rec.State]++
 	}
 	// Rendered first, so a slow scraper does not hold up the requests
 	// that update the figures.

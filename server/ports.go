@@ -3,10 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -146,49 +144,22 @@ func (s *Server) exposePort(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	rec, ok := s.record(w, r, c)
-	if !ok {
-		return
-	}
-	p := store.Port{SandboxID: rec.ID, Port: port, Public: req.Public, CreatedAt: s.cfg.Now()}
-	status := http.StatusCreated
-	old, err := s.cfg.Store.GetPort(r.Context(), rec.ID, port)
-	switch {
-	case err == nil:
-		status, p.CreatedAt = http.StatusOK, old.CreatedAt
-		p.Token = old.Token
-	case !errors.Is(err, sandbox.ErrNotFound):
+	p, created, err := s.fleet.ExposePort(r.Context(), c.team, r.PathValue("id"), port, req.Public)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	switch {
-	case p.Public:
-		p.Token = ""
-	case p.Token == "":
-		p.Token = newPortToken()
-	}
-	if err := s.cfg.Store.PutPort(r.Context(), p); err != nil {
-		s.fail(w, r, fmt.Errorf("exposing port %d of sandbox %s: %w", port, rec.ID, err))
-		return
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
 	}
 	writeJSON(w, status, s.portView(p))
-}
-
-// newPortToken returns 128 random bits, hex.
-func newPortToken() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // listPorts lists the exposed ports of the caller's sandbox, tokens
 // included: whoever holds the team's API key may reach them anyway.
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request, c *caller) {
-	rec, ok := s.record(w, r, c)
-	if !ok {
-		return
-	}
-	ports, err := s.cfg.Store.ListPorts(r.Context(), rec.ID)
+	ports, err := s.fleet.Ports(r.Context(), c.team, r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -208,12 +179,8 @@ func (s *Server) unexposePort(w http.ResponseWriter, r *http.Request, c *caller)
 		s.fail(w, r, err)
 		return
 	}
-	rec, ok := s.record(w, r, c)
-	if !ok {
-		return
-	}
-	if err := s.cfg.Store.DeletePort(r.Context(), rec.ID, port); err != nil {
-		s.fail(w, r, fmt.Errorf("port %d of sandbox %s is not exposed: %w", port, rec.ID, err))
+	if err := s.fleet.UnexposePort(r.Context(), c.team, r.PathValue("id"), port); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -330,12 +297,12 @@ func (s *Server) portHost(host string) (id string, port int, ok bool) {
 // cookiePath scopes the token cookie.
 func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, port int, prefix, cookiePath string) {
 	ctx := r.Context()
-	rec, err := s.cfg.Store.GetSandbox(ctx, "", id)
+	rec, err := s.fleet.Find(ctx, id)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
 		return
 	}
-	p, err := s.cfg.Store.GetPort(ctx, id, port)
+	p, err := s.fleet.Port(ctx, id, port)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		writeError(w, r, http.StatusNotFound, api.CodeNotFound,
 			fmt.Sprintf("port %d of sandbox %s is not exposed; expose it with POST /v1/sandboxes/%s/ports/%d", port, id, id, port))
@@ -362,7 +329,7 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id string, po
 			fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume)", id, id))
 		return
 	}
-	sess, err := s.runtimeSession(ctx, rec)
+	sess, err := s.fleet.LiveSession(ctx, rec)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("sandbox %s: %w", id, err))
 		return

@@ -625,18 +625,11 @@ func (s *Server) ownModelURL() string {
 // runSession returns the live session of a run's sandbox, resuming it
 // when it was stopped.
 func (s *Server) runSession(ctx context.Context, team, id string) (sandbox.Session, error) {
-	rec, err := s.cfg.Store.GetSandbox(ctx, team, id)
+	sess, err := s.fleet.Open(ctx, team, id)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return nil, fmt.Errorf("the run's sandbox %s was deleted: start a new run: %w", id, sandbox.ErrState)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := s.resume(ctx, team, &rec); err != nil {
-		return nil, err
-	}
-	s.touch(rec.ID)
-	return s.runtimeSession(ctx, rec)
+	return sess, err
 }
 
 // view is the API form of a live run.
@@ -711,7 +704,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	sandboxID, made := req.SandboxID, false
 	if sandboxID != "" {
-		if _, err := s.cfg.Store.GetSandbox(ctx, c.team, sandboxID); err != nil {
+		if _, err := s.fleet.Get(ctx, c.team, sandboxID); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -723,18 +716,14 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *caller) {
 		if len(req.Manifest) > 0 {
 			cs.Manifest = req.Manifest
 		}
-		rec, sess, err := s.createRecorded(ctx, c.team, cs)
+		rec, sess, err := s.fleet.Create(ctx, c.team, cs)
 		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if err := s.applyManifest(ctx, rec.ID, sess, cs.Manifest); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		if tarFile != nil {
 			if err := sess.RestoreWorkspace(ctx, tarFile); err != nil {
-				s.remove(ctx, rec.ID)
+				s.fleet.Delete(ctx, c.team, rec.ID)
 				s.fail(w, r, fmt.Errorf("loading the workspace tar (the sandbox was deleted): %w", err))
 				return
 			}
@@ -753,7 +742,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *caller) {
 		Input: req.Input, Messages: 1, CreatedAt: now, UpdatedAt: now}
 	if err := s.cfg.Store.PutRun(ctx, rec); err != nil {
 		if made {
-			s.remove(ctx, sandboxID)
+			s.fleet.Delete(ctx, c.team, sandboxID)
 		}
 		s.fail(w, r, err)
 		return
