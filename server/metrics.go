@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 // metrics are the server's figures, served at /metrics in the Prometheus
