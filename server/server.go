@@ -10,9 +10,6 @@ package server
 import (
 	"context"
 	"crypto/cipher"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +25,9 @@ import (
 	"github.com/cove-sandbox/cove/egress"
 	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/e2b"
+	"github.com/cove-sandbox/cove/server/internal/proxy"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -102,11 +102,18 @@ type Server struct {
 	fleet    *fleet.Fleet
 	ownFleet bool
 
+	// errs answers failed requests (server/internal/web).
+	errs *web.Errors
+	// proxy forwards requests into sandboxes (server/internal/proxy);
+	// e2b is the E2B API's front door (server/e2b).
+	proxy *proxy.Proxy
+	e2b   *e2b.API
+
 	// keyMu guards keys, recently looked-up API keys by hash (auth.go).
 	keyMu sync.Mutex
 	keys  map[string]cachedKey
 
-	metrics *metrics
+	metrics *serverMetrics
 	// procTable keeps the handles of background processes started
 	// through the API (io.go).
 	procTable *procTable
@@ -175,8 +182,19 @@ func New(cfg Config) (*Server, error) {
 	// The limits are the fleet's whoever made it.
 	cfg.MaxTTL = fl.MaxTTL()
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl, ownFleet: own,
+		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
 		metrics: newMetrics(), done: make(chan struct{}), keys: map[string]cachedKey{},
 		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub(), egress: out}
+	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
+	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.created,
+		Authenticate: func(r *http.Request) (string, string, error) {
+			c, msg, err := s.authenticate(r)
+			if c == nil {
+				return "", msg, err
+			}
+			return c.team, "", nil
+		}})
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -194,7 +212,7 @@ func (s *Server) routes() {
 	s.portRoutes()
 	s.usageRoutes()
 	s.guestRoutes()
-	s.e2bRoutes()
+	s.e2b.Routes(s.mux)
 	s.runRoutes()
 	s.secretRoutes()
 	s.sessionRoutes()
@@ -222,7 +240,7 @@ func (s *Server) Handler() http.Handler {
 			id = newID("req-")
 		}
 		w.Header().Set("X-Request-Id", id)
-		r = r.WithContext(context.WithValue(r.Context(), reqIDKey{}, id))
+		r = web.WithRequestID(r, id)
 		start := time.Now() // durations use the real clock, never a test's
 		rec := &statusWriter{ResponseWriter: w, status: 200}
 		defer func() {
@@ -239,8 +257,8 @@ func (s *Server) Handler() http.Handler {
 			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
 		}()
 		// E2B SDKs name the sandbox in headers when E2B_SANDBOX_URL
-		// points here (e2b_envd.go).
-		if s.serveE2BByHeader(rec, r) {
+		// points here (server/e2b).
+		if s.e2b.ServeByHeader(rec, r) {
 			return
 		}
 		if s.servePortByHost(rec, r) {
@@ -248,13 +266,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.mux.ServeHTTP(rec, r)
 	})
-}
-
-type reqIDKey struct{}
-
-func requestID(r *http.Request) string {
-	id, _ := r.Context().Value(reqIDKey{}).(string)
-	return id
 }
 
 // statusWriter records the status for logs and metrics, and passes
@@ -341,56 +352,37 @@ func (s *Server) streamContext(ctx context.Context) (context.Context, context.Ca
 	return ctx, func() { stop(); cancel() }
 }
 
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+// The shared helpers of the front doors (server/internal/web), by the
+// names this package's handlers use.
+
+func writeJSON(w http.ResponseWriter, status int, v any) { web.WriteJSON(w, status, v) }
+
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	web.WriteError(w, r, status, code, msg)
 }
 
-// writeError writes the {code, message, request_id} body.
-func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
-	writeJSON(w, status, api.Error{Code: code, Message: msg, RequestID: requestID(r)})
-}
+func requestID(r *http.Request) string { return web.RequestID(r) }
 
 // fail answers a request that failed with err (see failure).
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code, msg := s.failure(r, err)
-	writeError(w, r, status, code, msg)
-}
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) { s.errs.Fail(w, r, err) }
 
 // failure maps an error to its status, code and message: the sandbox
 // sentinels to 4xx with their message (it says what was wrong), anything
 // else to a 500 whose message is only the request id (the cause goes to
 // the log).
 func (s *Server) failure(r *http.Request, err error) (status int, code, msg string) {
-	status, code = statusOf(err)
-	msg = err.Error()
-	switch {
-	case status == http.StatusInternalServerError:
-		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; quote request id " + requestID(r)
-	case status == http.StatusServiceUnavailable || s.hostDetail(msg):
-		// The runtime's and the daemon's words: host paths, log
-		// lines (hostdetail.go).
-		s.log.Warn("a failure's detail kept from the tenant", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-		msg = publicMessage(status, code) + "; quote request id " + requestID(r)
-	}
-	return status, code, msg
+	return s.errs.Failure(r, err)
 }
 
-func statusOf(err error) (int, string) {
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, api.CodeUnavailable
-	}
-	return api.CodeOf(err)
-}
+// tenantText is text for a tenant: itself, or a reference when it holds
+// host detail.
+func (s *Server) tenantText(text string) string { return s.errs.TenantText(text) }
+
+func decodeJSON(r io.Reader, v any) error { return web.DecodeJSON(r, v) }
+
+func jsonMessage(err error) string { return web.JSONMessage(err) }
+
+func newID(prefix string) string { return web.NewID(prefix) }
 
 // decode reads a JSON body strictly: unknown fields, trailing data, wrong
 // types and bodies over the limit are 4xx errors that say what to fix.
@@ -407,45 +399,6 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, jsonMessage(err))
 	return false
-}
-
-// decodeJSON reads one JSON object from r into v, refusing unknown
-// fields and anything after the object.
-func decodeJSON(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON object")
-	}
-	return err
-}
-
-// jsonMessage says what is wrong with a JSON body that did not decode.
-func jsonMessage(err error) string {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	msg := err.Error()
-	switch {
-	case errors.Is(err, io.EOF):
-		msg = "the request body is empty; send a JSON object"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		msg = "malformed JSON: the body ends before the object does"
-	case errors.As(err, &te):
-		msg = fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
-	case errors.As(err, &se):
-		msg = fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
-	case strings.HasPrefix(msg, "json: unknown field "):
-		msg = "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + "; see /openapi.json"
-	}
-	return msg
-}
-
-// newID returns prefix + 12 random hex digits.
-func newID(prefix string) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
 }
 
 // begin records an open stream or connection to a sandbox (fleet's

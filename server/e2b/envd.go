@@ -1,4 +1,4 @@
-package server
+package e2b
 
 import (
 	"crypto/sha256"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/proxy"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -42,31 +44,31 @@ import (
 // error body, so the SDK's Connect client reads the code.
 
 const (
-	e2bSandboxIDHeader    = "E2b-Sandbox-Id"
-	e2bSandboxPortHeader  = "E2b-Sandbox-Port"
-	e2bTrafficTokenHeader = "E2b-Traffic-Access-Token"
+	SandboxIDHeader       = "E2b-Sandbox-Id"
+	SandboxPortHeader     = "E2b-Sandbox-Port"
+	e2bTrafficTokenHeader = web.E2BTrafficTokenHeader
 	// e2bMetadataHeaderPrefix starts the headers of file metadata, which
 	// Cove's daemon does not keep.
 	e2bMetadataHeaderPrefix = "X-Metadata-"
 )
 
-// serveE2BByHeader serves a request that names its sandbox in the
+// ServeByHeader serves a request that names its sandbox in the
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers; false when it names none.
-func (s *Server) serveE2BByHeader(w http.ResponseWriter, r *http.Request) bool {
-	id, p := r.Header.Get(e2bSandboxIDHeader), r.Header.Get(e2bSandboxPortHeader)
+func (s *API) ServeByHeader(w http.ResponseWriter, r *http.Request) bool {
+	id, p := r.Header.Get(SandboxIDHeader), r.Header.Get(SandboxPortHeader)
 	if id == "" && p == "" {
 		return false
 	}
-	r.Pattern = e2bSandboxIDHeader // a bounded route label for metrics
+	r.Pattern = SandboxIDHeader // a bounded route label for metrics
 	// Served on the UI's host, as /p/ is: sandboxed (ports.go). A
 	// browser cannot navigate with these headers, but a page's fetch
 	// could be made to.
-	r = onUIOrigin(w, r, "")
+	r = proxy.OnUIOrigin(w, r, "")
 	if id == "" || p == "" {
 		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, "missing header: send both E2b-Sandbox-Id and E2b-Sandbox-Port")
 		return true
 	}
-	port, err := portNumber(p)
+	port, err := proxy.PortNumber(p)
 	if err != nil {
 		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, fmt.Sprintf("E2b-Sandbox-Port %q: give a TCP port number, 1 to 65535", p))
 		return true
@@ -75,10 +77,10 @@ func (s *Server) serveE2BByHeader(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// serveE2BByHost serves {port}-{id}.{domain} when E2B's rules apply to
+// ServeByHost serves {port}-{id}.{domain} when E2B's rules apply to
 // it: envd's port always, other ports of sandboxes made through the E2B
 // API. false leaves the request to Cove's exposed ports.
-func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
+func (s *API) ServeByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
 	if port != e2bEnvdPort {
 		rec, err := s.fleet.Find(r.Context(), id)
 		if err != nil || rec.Spec.Labels[e2bLabel] == "" {
@@ -89,10 +91,10 @@ func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id strin
 	return true
 }
 
-func (s *Server) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
+func (s *API) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
 	rec, err := s.fleet.Find(r.Context(), id)
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		status, _, msg := s.failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
+		status, _, msg := s.cfg.Errs.Failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
 		writeE2BProxyError(w, r, status, id, port, msg)
 		return
 	}
@@ -105,7 +107,7 @@ func (s *Server) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id stri
 		s.serveEnvd(w, r, rec)
 	case rec.Spec.Labels[e2bLabel] == "":
 		// A /v1 sandbox reached by header: Cove's exposed ports.
-		s.proxyPort(w, r, id, port, "", "/")
+		s.proxy.Port(w, r, id, port, "", "/")
 	default:
 		s.serveE2BPort(w, r, rec, port)
 	}
@@ -119,7 +121,7 @@ func pausedError(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port
 
 // serveEnvd checks a request's right to a sandbox's envd and passes it
 // to the sandbox's daemon.
-func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbox) {
+func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbox) {
 	if rec.State != store.StateRunning {
 		pausedError(w, r, rec, e2bEnvdPort)
 		return
@@ -160,25 +162,25 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.San
 	}
 	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {
-		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
+		s.log.Warn("getting a sandbox's session", "request_id", web.RequestID(r), "sandbox", rec.ID, "err", err)
 		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, e2bEnvdPort, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
 		return
 	}
-	network, address, daemonToken, ok := daemonEndpoint(sess)
+	network, address, daemonToken, ok := proxy.DaemonEndpoint(sess)
 	if !ok {
 		writeE2BProxyError(w, r, http.StatusNotImplemented, rec.ID, e2bEnvdPort,
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot serve envd")
 		return
 	}
-	end := s.begin(rec.ID) // activity while the request lasts
+	end := s.fleet.Begin(rec.ID) // activity while the request lasts
 	defer end()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
 	id := rec.ID
-	rp := s.daemonProxy(id, network, address, daemonToken, func(out, _ *http.Request) {
-		out.Header.Del(e2bSandboxIDHeader)
-		out.Header.Del(e2bSandboxPortHeader)
+	rp := s.proxy.Daemon(id, network, address, daemonToken, func(out, _ *http.Request) {
+		out.Header.Del(SandboxIDHeader)
+		out.Header.Del(SandboxPortHeader)
 		out.Header.Del(e2bTrafficTokenHeader)
 	}, func(w http.ResponseWriter, r *http.Request, err error) {
 		var mbe *http.MaxBytesError
@@ -187,7 +189,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.San
 			return
 		}
 		writeE2BProxyError(w, r, http.StatusBadGateway, id, e2bEnvdPort,
-			fmt.Sprintf("The sandbox %s did not answer: it may have stopped (its timeout) (request id %s)", id, requestID(r)))
+			fmt.Sprintf("The sandbox %s did not answer: it may have stopped (its timeout) (request id %s)", id, web.RequestID(r)))
 	})
 	if r.Method == http.MethodGet && path == "/files" {
 		// A download has no length when gzipped, so the proxy flushes
@@ -268,7 +270,7 @@ func filesAuth(r *http.Request, token string) string {
 }
 
 // serveE2BPort proxies to a port of a sandbox made through the E2B API.
-func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
+func (s *API) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
 	if want := rec.Spec.Labels[e2bTrafficTokenLabel]; want != "" {
 		got := r.Header.Get(e2bTrafficTokenHeader)
 		switch {
@@ -286,11 +288,11 @@ func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.
 	}
 	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {
-		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
+		s.log.Warn("getting a sandbox's session", "request_id", web.RequestID(r), "sandbox", rec.ID, "err", err)
 		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
 		return
 	}
-	s.forwardPort(w, r, rec, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
+	s.proxy.Forward(w, r, rec, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
 		if status == http.StatusBadGateway && strings.HasPrefix(msg, "nothing is listening") {
 			msg = "The sandbox is running but port is not open: " + msg
 		}
@@ -311,13 +313,13 @@ type e2bProxyBody struct {
 // Connect client reads its code), in E2B's proxy's otherwise.
 func writeE2BProxyError(w http.ResponseWriter, r *http.Request, status int, id string, port int, msg string) {
 	if isConnectPath(r.URL.Path) {
-		writeJSON(w, status, struct {
+		web.WriteJSON(w, status, struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		}{connectCode(status), msg})
 		return
 	}
-	writeJSON(w, status, e2bProxyBody{SandboxID: id, Message: msg, Port: port, Code: status})
+	web.WriteJSON(w, status, e2bProxyBody{SandboxID: id, Message: msg, Port: port, Code: status})
 }
 
 // isConnectPath reports whether a path is a Connect RPC of envd's

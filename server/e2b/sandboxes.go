@@ -1,4 +1,4 @@
-package server
+package e2b
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/fleet"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -79,7 +80,7 @@ func (b *e2bNewSandbox) network() (*api.Network, string) {
 	return nil, ""
 }
 
-func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	var body e2bNewSandbox
 	if !s.e2bDecode(w, r, &body) {
 		return
@@ -101,8 +102,8 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
-	if timeout < 1 || timeout > int64(s.cfg.MaxTTL/time.Second) {
-		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("timeout: %d seconds is out of range; give 1 to %d", timeout, int64(s.cfg.MaxTTL/time.Second)))
+	if timeout < 1 || timeout > int64(s.fleet.MaxTTL()/time.Second) {
+		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("timeout: %d seconds is out of range; give 1 to %d", timeout, int64(s.fleet.MaxTTL()/time.Second)))
 		return
 	}
 	for k, v := range body.Metadata {
@@ -140,11 +141,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.e2bFail(w, r, err)
 		return
 	}
-	s.metrics.created(time.Since(start))
-	writeJSON(w, http.StatusCreated, s.e2bSandboxView(rec, rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel]))
+	s.cfg.Created(time.Since(start))
+	web.WriteJSON(w, http.StatusCreated, s.e2bSandboxView(rec, rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel]))
 }
 
-func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
 	rec, ok := s.e2bRecord(w, r, c)
 	if !ok {
 		return
@@ -158,11 +159,11 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
 	if rec.OnExpire == store.ExpireStop {
 		onTimeout = "pause"
 	}
-	writeJSON(w, http.StatusOK, e2bDetail{e2bListed: s.e2bListedView(rec), EnvdAccessToken: envd, Domain: s.e2bDomain(),
+	web.WriteJSON(w, http.StatusOK, Detail{Listed: s.e2bListedView(rec), EnvdAccessToken: envd, Domain: s.e2bDomain(),
 		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: e2bLifecycle{OnTimeout: onTimeout}})
 }
 
-func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
 	rec, ok := s.e2bRecord(w, r, c)
 	if !ok {
 		return
@@ -177,7 +178,7 @@ func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
 // e2bSeconds reads a JSON body of one integer field of seconds (timeout,
 // duration); def applies when it is absent, and absent is an error when
 // def is negative.
-func (s *Server) e2bSeconds(w http.ResponseWriter, r *http.Request, field string, def, max int64) (time.Duration, bool) {
+func (s *API) e2bSeconds(w http.ResponseWriter, r *http.Request, field string, def, max int64) (time.Duration, bool) {
 	var body map[string]json.RawMessage
 	if !s.e2bDecode(w, r, &body) {
 		return 0, false
@@ -204,8 +205,8 @@ func (s *Server) e2bSeconds(w http.ResponseWriter, r *http.Request, field string
 
 // e2bSetTimeout serves POST /sandboxes/{id}/timeout: the sandbox ends
 // timeout seconds from now, sooner or later than it would have.
-func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
-	ttl, ok := s.e2bSeconds(w, r, "timeout", -1, int64(s.cfg.MaxTTL/time.Second))
+func (s *API) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+	ttl, ok := s.e2bSeconds(w, r, "timeout", -1, int64(s.fleet.MaxTTL()/time.Second))
 	if !ok {
 		return
 	}
@@ -214,7 +215,7 @@ func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller
 
 // e2bRefresh serves POST /sandboxes/{id}/refreshes: the sandbox lives at
 // least duration seconds (default 15, at most an hour) more.
-func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bRefresh(w http.ResponseWriter, r *http.Request, c *caller) {
 	ttl, ok := s.e2bSeconds(w, r, "duration", 15, 3600)
 	if !ok {
 		return
@@ -222,7 +223,7 @@ func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request, c *caller) {
 	s.e2bExtend(w, r, c, ttl, false)
 }
 
-func (s *Server) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, ttl time.Duration, shorter bool) {
+func (s *API) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, ttl time.Duration, shorter bool) {
 	rec, ok := s.e2bRecord(w, r, c)
 	if !ok {
 		return
@@ -242,7 +243,7 @@ func (s *Server) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, tt
 // keeping its disk (not its memory: running processes end). A paused
 // sandbox has no timeout, as in E2B; it is kept for the server's
 // retention.
-func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bPause(w http.ResponseWriter, r *http.Request, c *caller) {
 	var body struct{}
 	if !s.e2bDecode(w, r, &body) {
 		return
@@ -265,12 +266,12 @@ func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request, c *caller) {
 // e2bConnect serves POST /sandboxes/{id}/connect and its v2: a running
 // sandbox's timeout is extended (never shortened) to timeout seconds from
 // now, 200; a paused one is resumed with that timeout, 201.
-func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 	def := int64(-1) // v1 requires the timeout
 	if strings.HasPrefix(r.URL.Path, "/v2/") {
 		def = 300
 	}
-	ttl, ok := s.e2bSeconds(w, r, "timeout", def, int64(s.cfg.MaxTTL/time.Second))
+	ttl, ok := s.e2bSeconds(w, r, "timeout", def, int64(s.fleet.MaxTTL()/time.Second))
 	if !ok {
 		return
 	}
@@ -293,15 +294,15 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.e2bFail(w, r, err)
 		return
 	}
-	writeJSON(w, status, s.e2bSandboxView(rec, envd, traffic))
+	web.WriteJSON(w, status, s.e2bSandboxView(rec, envd, traffic))
 }
 
 // e2bMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a
 // sandbox's use yet, so the list is empty, as E2B's is before its first
 // sample.
-func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
 	if _, ok := s.e2bRecord(w, r, c); ok {
-		writeJSON(w, http.StatusOK, []any{})
+		web.WriteJSON(w, http.StatusOK, []any{})
 	}
 }
 
@@ -376,7 +377,7 @@ func parseE2BList(q url.Values, team string) (e2bListQuery, string) {
 
 // keep reports whether a listed record passes the filters the store does
 // not apply.
-func (s *Server) keep(lq e2bListQuery, rec store.Sandbox) bool {
+func (s *API) keep(lq e2bListQuery, rec store.Sandbox) bool {
 	return !s.e2bGone(rec) && (lq.template == "" || lq.template == e2bTemplate(rec)) &&
 		(lq.startedAfter.IsZero() || !rec.StartedAt.Before(lq.startedAfter))
 }
@@ -384,7 +385,7 @@ func (s *Server) keep(lq e2bListQuery, rec store.Sandbox) bool {
 // e2bList serves GET /v2/sandboxes: a page of the team's sandboxes,
 // running and paused, the next page's token in X-Next-Token. Pages follow
 // creation; order sorts a page by start time.
-func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 	lq, msg := parseE2BList(r.URL.Query(), c.team)
 	if msg != "" {
 		writeE2BError(w, http.StatusBadRequest, msg)
@@ -395,13 +396,13 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.e2bFail(w, r, err)
 		return
 	}
-	out := make([]e2bListed, 0, len(recs))
+	out := make([]Listed, 0, len(recs))
 	for _, rec := range recs {
 		if s.keep(lq, rec) {
 			out = append(out, s.e2bListedView(rec))
 		}
 	}
-	slices.SortStableFunc(out, func(a, b e2bListed) int {
+	slices.SortStableFunc(out, func(a, b Listed) int {
 		if lq.desc {
 			return b.StartedAt.Compare(a.StartedAt)
 		}
@@ -410,19 +411,19 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 }
 
 // e2bListV1 serves the deprecated GET /sandboxes: every running sandbox
 // of the team, filtered by metadata.
-func (s *Server) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := url.Values{"metadata": r.URL.Query()["metadata"], "state": {"running"}}
 	lq, msg := parseE2BList(q, c.team)
 	if msg != "" {
 		writeE2BError(w, http.StatusBadRequest, msg)
 		return
 	}
-	out := []e2bListed{}
+	out := []Listed{}
 	lq.filter.Limit = 1000
 	for {
 		recs, next, err := s.fleet.List(r.Context(), c.team, lq.filter)
@@ -440,5 +441,5 @@ func (s *Server) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		lq.filter.After = next
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 }

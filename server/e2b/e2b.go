@@ -1,6 +1,8 @@
-package server
+package e2b
 
 import (
+	"log/slog"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,11 +15,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cove-sandbox/cove/server/internal/proxy"
+	"github.com/cove-sandbox/cove/server/internal/web"
+
 	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 
+// Package e2b is the E2B-compatible front door of `cove serve`: E2B's
+// control plane (REST) and the routing of envd's and ports' traffic into
+// sandboxes, over the same fleet as /v1.
+//
 // The E2B-compatible API. E2B's SDKs talk to two services: a control
 // plane (REST: create, list, get, kill, pause, connect, timeouts) at
 // E2B_API_URL, and each sandbox's envd (Connect RPC process and
@@ -50,24 +59,61 @@ const (
 	// whose ports are not public (e2b-traffic-access-token).
 	e2bTrafficTokenLabel = "cove.e2b.traffic-token"
 
-	// e2bEnvdVersion is the envd version the SDK is told: it gates SDK
+	// EnvdVersion is the envd version the SDK is told: it gates SDK
 	// features by it. 0.6.3 has everything Cove's daemon serves
 	// (octet-stream uploads, stdin close, watch events with entries) and
 	// nothing it does not but file metadata, which the proxy refuses
 	// with a clear error (e2b_envd.go).
-	e2bEnvdVersion = "0.6.3"
+	EnvdVersion = "0.6.3"
 	// e2bEnvdPort is envd's port in host names and E2b-Sandbox-Port.
 	e2bEnvdPort = 49983
 	// e2bClientID is the clientID field E2B's responses still carry.
 	e2bClientID = "cove"
 )
 
-// e2bRoutes registers the control plane. Its routes go on the mux
-// without route(): they are E2B's API, not part of Cove's OpenAPI
-// document (the test that holds that document to the routes skips them).
-func (s *Server) e2bRoutes() {
+// Config is what the E2B front door works with. Zero values are not
+// defaults: the server fills every field.
+type Config struct {
+	Fleet *fleet.Fleet
+	Proxy *proxy.Proxy
+	Errs  *web.Errors
+	Log   *slog.Logger
+	// Domain, when set, is the domain sandboxes' host names are under.
+	Domain string
+	// MaxBodyBytes caps JSON bodies; MaxUploadBytes envd's uploads.
+	MaxBodyBytes, MaxUploadBytes int64
+	// Authenticate finds the team of a request by its API key: "" and
+	// a message that says why when it has none or a wrong one; err is
+	// for a store that failed.
+	Authenticate func(r *http.Request) (team, msg string, err error)
+	// Created observes how long a create took (the server's metrics).
+	Created func(time.Duration)
+}
+
+// API serves the E2B API. Make it with New, register its control plane
+// with Routes, and pass it sandbox traffic with ServeByHeader and
+// ServeByHost.
+type API struct {
+	cfg   Config
+	fleet *fleet.Fleet
+	proxy *proxy.Proxy
+	log   *slog.Logger
+}
+
+// New returns the E2B front door.
+func New(cfg Config) *API {
+	return &API{cfg: cfg, fleet: cfg.Fleet, proxy: cfg.Proxy, log: cfg.Log}
+}
+
+// caller is the team a request was authenticated as.
+type caller struct{ team string }
+
+// Routes registers the control plane on mux. Its routes are E2B's API,
+// not part of Cove's OpenAPI document (the test that holds that document
+// to the routes skips them).
+func (s *API) Routes(mux *http.ServeMux) {
 	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request, c *caller)) {
-		s.mux.Handle(pattern, s.e2bAuthed(fn))
+		mux.Handle(pattern, s.e2bAuthed(fn))
 	}
 	h("POST /sandboxes", s.e2bCreate)
 	h("POST /v2/sandboxes", s.e2bCreate)
@@ -90,30 +136,30 @@ type e2bError struct {
 }
 
 func writeE2BError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, e2bError{Code: status, Message: msg})
+	web.WriteJSON(w, status, e2bError{Code: status, Message: msg})
 }
 
 // e2bFail is fail in E2B's body.
-func (s *Server) e2bFail(w http.ResponseWriter, r *http.Request, err error) {
-	status, _, msg := s.failure(r, err)
+func (s *API) e2bFail(w http.ResponseWriter, r *http.Request, err error) {
+	status, _, msg := s.cfg.Errs.Failure(r, err)
 	writeE2BError(w, status, msg)
 }
 
 // e2bAuthed authenticates as authed does (E2B's SDKs send X-API-Key),
 // answering in E2B's error body.
-func (s *Server) e2bAuthed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
+func (s *API) e2bAuthed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, msg, err := s.authenticate(r)
+		team, msg, err := s.cfg.Authenticate(r)
 		switch {
 		case err != nil:
 			s.e2bFail(w, r, err)
-		case c == nil:
-			if keyFrom(r) == "" {
+		case team == "":
+			if web.KeyFrom(r) == "" {
 				msg = "no API key: set E2B_API_KEY to a key of this server (cove key create --e2b makes one); it is sent as X-API-Key"
 			}
 			writeE2BError(w, http.StatusUnauthorized, msg)
 		default:
-			h(w, r, c)
+			h(w, r, &caller{team: team})
 		}
 	})
 }
@@ -121,7 +167,7 @@ func (s *Server) e2bAuthed(h func(w http.ResponseWriter, r *http.Request, c *cal
 // e2bDecode reads an optional JSON body into v. Unknown fields are
 // ignored, as E2B's API does, so newer SDKs that send more still work;
 // the fields Cove cannot honour are refused by the handlers by name.
-func (s *Server) e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
+func (s *API) e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -136,7 +182,7 @@ func (s *Server) e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return true
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		writeE2BError(w, http.StatusBadRequest, "Error when parsing request: "+jsonMessage(err))
+		writeE2BError(w, http.StatusBadRequest, "Error when parsing request: "+web.JSONMessage(err))
 		return false
 	}
 	return true
@@ -152,11 +198,11 @@ func e2bToken() string {
 // e2bGone reports whether E2B would no longer know a sandbox: its
 // timeout passed and it is to be deleted then (the lifecycle loop does so
 // within a few seconds; until then the E2B API already answers as after).
-func (s *Server) e2bGone(rec store.Sandbox) bool { return s.fleet.Expired(rec) }
+func (s *API) e2bGone(rec store.Sandbox) bool { return s.fleet.Expired(rec) }
 
 // e2bRecord loads the caller's sandbox named in the path, answering 404
 // in E2B's words when it is unknown, another team's, or gone.
-func (s *Server) e2bRecord(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, bool) {
+func (s *API) e2bRecord(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, bool) {
 	id := r.PathValue("sandboxID")
 	rec, err := s.fleet.Get(r.Context(), c.team, id)
 	if err == nil && s.e2bGone(rec) {
@@ -176,7 +222,7 @@ func (s *Server) e2bRecord(w http.ResponseWriter, r *http.Request, c *caller) (s
 // e2bTokens returns the sandbox's envd access token, giving it one when
 // it has none (a sandbox made through /v1 and reached through the E2B
 // API for the first time), and its traffic access token if any.
-func (s *Server) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traffic string, err error) {
+func (s *API) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traffic string, err error) {
 	if t := rec.Spec.Labels[e2bEnvdTokenLabel]; t != "" {
 		return t, rec.Spec.Labels[e2bTrafficTokenLabel], nil
 	}
@@ -194,8 +240,8 @@ func (s *Server) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traff
 
 // The control plane's bodies, as E2B's OpenAPI spec names them.
 
-// e2bSandbox is E2B's Sandbox: what create and connect return.
-type e2bSandbox struct {
+// Sandbox is E2B's Sandbox: what create and connect return.
+type Sandbox struct {
 	TemplateID         string  `json:"templateID"`
 	SandboxID          string  `json:"sandboxID"`
 	ClientID           string  `json:"clientID"`
@@ -205,8 +251,8 @@ type e2bSandbox struct {
 	Domain             *string `json:"domain"`
 }
 
-// e2bListed is E2B's ListedSandbox.
-type e2bListed struct {
+// Listed is E2B's ListedSandbox.
+type Listed struct {
 	TemplateID   string            `json:"templateID"`
 	SandboxID    string            `json:"sandboxID"`
 	ClientID     string            `json:"clientID"`
@@ -221,9 +267,9 @@ type e2bListed struct {
 	VolumeMounts []any             `json:"volumeMounts"`
 }
 
-// e2bDetail is E2B's SandboxDetail.
-type e2bDetail struct {
-	e2bListed
+// Detail is E2B's SandboxDetail.
+type Detail struct {
+	Listed
 	EnvdAccessToken     string       `json:"envdAccessToken,omitempty"`
 	Domain              *string      `json:"domain"`
 	AllowInternetAccess bool         `json:"allowInternetAccess"`
@@ -247,7 +293,7 @@ func e2bTemplate(rec store.Sandbox) string {
 // e2bDomain is the domain sandboxes' host names are under, for the SDK to
 // build envd's and ports' URLs with; nil (the SDK's E2B_DOMAIN then)
 // when the server has none.
-func (s *Server) e2bDomain() *string {
+func (s *API) e2bDomain() *string {
 	if s.cfg.Domain == "" {
 		return nil
 	}
@@ -255,8 +301,8 @@ func (s *Server) e2bDomain() *string {
 	return &d
 }
 
-func (s *Server) e2bSandboxView(rec store.Sandbox, envd, traffic string) e2bSandbox {
-	v := e2bSandbox{TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
+func (s *API) e2bSandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
+	v := Sandbox{TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: envd, Domain: s.e2bDomain()}
 	if traffic != "" {
 		v.TrafficAccessToken = &traffic
@@ -264,7 +310,7 @@ func (s *Server) e2bSandboxView(rec store.Sandbox, envd, traffic string) e2bSand
 	return v
 }
 
-func (s *Server) e2bListedView(rec store.Sandbox) e2bListed {
+func (s *API) e2bListedView(rec store.Sandbox) Listed {
 	state := "running"
 	if rec.State != store.StateRunning {
 		state = "paused"
@@ -273,12 +319,12 @@ func (s *Server) e2bListedView(rec store.Sandbox) e2bListed {
 	if end.IsZero() {
 		end = rec.StoppedAt
 	}
-	return e2bListed{
+	return Listed{
 		TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID,
 		StartedAt: rec.StartedAt, EndAt: end,
 		CPUCount:   max(1, int(math.Ceil(rec.Spec.Limits.CPUs))),
 		MemoryMB:   rec.Spec.Limits.MemoryBytes >> 20,
 		DiskSizeMB: rec.Spec.Limits.DiskBytes >> 20,
-		Metadata:   fleet.UserLabels(rec.Spec.Labels), State: state, EnvdVersion: e2bEnvdVersion, VolumeMounts: []any{},
+		Metadata:   fleet.UserLabels(rec.Spec.Labels), State: state, EnvdVersion: EnvdVersion, VolumeMounts: []any{},
 	}
 }
