@@ -30,11 +30,16 @@
 // of a record. Across replicas nothing serialises them yet (the store
 // has no conditional write): creates racing on two replicas may each
 // pass a team's quota once, and two writes racing on one record keep the
-// last. The lifecycle loop (Start) meters and enforces policies for the
-// whole store, so it must run in ONE process per store: a replica that
-// only serves requests is built with Config.NoLifecycle. The store has no
-// lease to elect that process yet; until it has, the operator picks it
-// (and traffic through the other replicas is not metered).
+// last.
+//
+// The lifecycle loop (Start) and Reconcile act for the whole store: they
+// meter every sandbox, stop and delete by policy, and delete a sandbox
+// the runtime has but the store does not (which, seen from another
+// replica, may be a create in flight). So they run in ONE process per
+// store: the others are built with Config.NoLifecycle, which turns both
+// off. The store has no lease to elect that process yet, so the operator
+// picks it; until it has one, bytes through the other replicas (CountIn,
+// CountOut) are not metered, as only the loop records them.
 package fleet
 
 import (
@@ -75,9 +80,9 @@ type Config struct {
 	// AllowUnlimitedPids lets a create ask for none (pids -1).
 	MaxPids            int
 	AllowUnlimitedPids bool
-	// NoLifecycle keeps Start from running the lifecycle loop, for a
-	// replica that shares its store with the one that runs it (see the
-	// package doc).
+	// NoLifecycle keeps Start from running the lifecycle loop and makes
+	// Reconcile do nothing, for a replica that shares its store with the
+	// one process that runs them (see the package doc).
 	NoLifecycle bool
 	// LifecycleInterval is how often the lifecycle loop runs (5 s): the
 	// TTL, idle timeout and retention act at most this late. Tests

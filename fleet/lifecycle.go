@@ -121,7 +121,9 @@ func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox) {
 	f.createMu.Lock() // against a delete between the read and the write
 	defer f.createMu.Unlock()
 	fresh, err := f.cfg.Store.GetSandbox(ctx, "", rec.ID)
-	if err != nil || fresh.State != store.StateRunning {
+	// A new start since the snapshot (another replica's resume, which
+	// createMu does not hold off) is not what the runtime said stopped.
+	if err != nil || fresh.State != store.StateRunning || !fresh.StartedAt.Equal(rec.StartedAt) {
 		return
 	}
 	f.forgetSession(rec.ID)
@@ -230,8 +232,12 @@ func (lc *lifecycle) flush(ctx context.Context) {
 // server was down are recorded stopped, records of sandboxes the runtime
 // no longer has are dropped, and sandboxes the runtime has with a team
 // label but no record (a create cut short by a crash) are deleted. Like
-// the lifecycle loop, it is for the one process per store that runs it.
+// the lifecycle loop, it is for the one process per store that runs it:
+// with Config.NoLifecycle it does nothing.
 func (f *Fleet) Reconcile(ctx context.Context) error {
+	if f.cfg.NoLifecycle {
+		return nil
+	}
 	infos, err := f.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing the runtime's sandboxes: %w", err)
