@@ -20,7 +20,7 @@ import (
 // KeyPrefix starts every API key, so a leaked one is easy to find.
 const KeyPrefix = "cove_"
 
-// E2BKeyPrefix starts keys issued in E2B's form (e2b.go), for E2B SDKs
+// E2BKeyPrefix starts keys issued in E2B's form (server/e2b), for E2B SDKs
 // and tools that expect it; they are team keys like any other.
 const E2BKeyPrefix = "e2b_"
 

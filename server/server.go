@@ -71,7 +71,7 @@ type Config struct {
 	// manifest's git_repo): CIDRs, addresses or host names, an address or
 	// name with an optional ":port". Loopback, private, link-local,
 	// multicast and other non-public addresses are refused otherwise;
-	// cloud metadata endpoints always are (egress.go).
+	// cloud metadata endpoints always are (package egress).
 	OutboundAllow []string
 	// LookupHost resolves host names for those connections; nil is the
 	// system resolver (tests name their own).

@@ -1,40 +1,15 @@
-package e2b
-
-import (
-	"log/slog"
-
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"math"
-	"net/http"
-	"strings"
-	"time"
-
-	"github.com/cove-sandbox/cove/server/internal/proxy"
-	"github.com/cove-sandbox/cove/server/internal/web"
-
-	"github.com/cove-sandbox/cove/fleet"
-	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/store"
-)
-
 // Package e2b is the E2B-compatible front door of `cove serve`: E2B's
 // control plane (REST) and the routing of envd's and ports' traffic into
 // sandboxes, over the same fleet as /v1.
 //
-// The E2B-compatible API. E2B's SDKs talk to two services: a control
+// E2B's SDKs talk to two services: a control
 // plane (REST: create, list, get, kill, pause, connect, timeouts) at
 // E2B_API_URL, and each sandbox's envd (Connect RPC process and
 // filesystem services, /files) at {port}-{id}.{domain} or, with
 // E2B_SANDBOX_URL, at one URL that names the sandbox and port in the
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers. This server is both: the
-// control plane's routes (e2b_sandboxes.go) sit beside /v1 over the same
-// records, runtime and quotas, and envd traffic (e2b_envd.go) is routed
+// control plane's routes (sandboxes.go) sit beside /v1 over the same
+// records, runtime and quotas, and envd traffic (envd.go) is routed
 // to the sandbox's own daemon, which speaks envd's protocol.
 //
 // Paths, JSON field names, status codes and error bodies ({"code": 404,
@@ -48,27 +23,49 @@ import (
 // access token, the traffic access token, that the sandbox was made
 // through this API) is kept in the record's labels under cove.e2b, which
 // the /v1 API never shows and which never reach the runtime.
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cove-sandbox/cove/fleet"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/proxy"
+	"github.com/cove-sandbox/cove/server/internal/web"
+	"github.com/cove-sandbox/cove/store"
+)
 
 const (
-	// e2bLabel marks a sandbox made through the E2B API: its ports are
+	// madeLabel marks a sandbox made through the E2B API: its ports are
 	// reached as E2B's are (any port, no expose step).
-	e2bLabel = "cove.e2b"
-	// e2bEnvdTokenLabel holds the envd access token (X-Access-Token).
-	e2bEnvdTokenLabel = "cove.e2b.envd-token"
-	// e2bTrafficTokenLabel holds the traffic access token of a sandbox
+	madeLabel = "cove.e2b"
+	// envdTokenLabel holds the envd access token (X-Access-Token).
+	envdTokenLabel = "cove.e2b.envd-token"
+	// trafficTokenLabel holds the traffic access token of a sandbox
 	// whose ports are not public (e2b-traffic-access-token).
-	e2bTrafficTokenLabel = "cove.e2b.traffic-token"
+	trafficTokenLabel = "cove.e2b.traffic-token"
 
 	// EnvdVersion is the envd version the SDK is told: it gates SDK
 	// features by it. 0.6.3 has everything Cove's daemon serves
 	// (octet-stream uploads, stdin close, watch events with entries) and
 	// nothing it does not but file metadata, which the proxy refuses
-	// with a clear error (e2b_envd.go).
+	// with a clear error (envd.go).
 	EnvdVersion = "0.6.3"
-	// e2bEnvdPort is envd's port in host names and E2b-Sandbox-Port.
-	e2bEnvdPort = 49983
-	// e2bClientID is the clientID field E2B's responses still carry.
-	e2bClientID = "cove"
+	// envdPort is envd's port in host names and E2b-Sandbox-Port.
+	envdPort = 49983
+	// clientID is the clientID field E2B's responses still carry.
+	clientID = "cove"
 )
 
 // Config is what the E2B front door works with. Zero values are not
@@ -113,129 +110,129 @@ type caller struct{ team string }
 // to the routes skips them).
 func (s *API) Routes(mux *http.ServeMux) {
 	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request, c *caller)) {
-		mux.Handle(pattern, s.e2bAuthed(fn))
+		mux.Handle(pattern, s.authed(fn))
 	}
-	h("POST /sandboxes", s.e2bCreate)
-	h("POST /v2/sandboxes", s.e2bCreate)
-	h("GET /sandboxes", s.e2bListV1)
-	h("GET /v2/sandboxes", s.e2bList)
-	h("GET /sandboxes/{sandboxID}", s.e2bGet)
-	h("DELETE /sandboxes/{sandboxID}", s.e2bKill)
-	h("POST /sandboxes/{sandboxID}/timeout", s.e2bSetTimeout)
-	h("POST /sandboxes/{sandboxID}/refreshes", s.e2bRefresh)
-	h("POST /sandboxes/{sandboxID}/pause", s.e2bPause)
-	h("POST /sandboxes/{sandboxID}/connect", s.e2bConnect)
-	h("POST /v2/sandboxes/{sandboxID}/connect", s.e2bConnect)
-	h("GET /sandboxes/{sandboxID}/metrics", s.e2bMetrics)
+	h("POST /sandboxes", s.create)
+	h("POST /v2/sandboxes", s.create)
+	h("GET /sandboxes", s.listV1)
+	h("GET /v2/sandboxes", s.list)
+	h("GET /sandboxes/{sandboxID}", s.get)
+	h("DELETE /sandboxes/{sandboxID}", s.kill)
+	h("POST /sandboxes/{sandboxID}/timeout", s.setTimeout)
+	h("POST /sandboxes/{sandboxID}/refreshes", s.refresh)
+	h("POST /sandboxes/{sandboxID}/pause", s.pause)
+	h("POST /sandboxes/{sandboxID}/connect", s.connect)
+	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
+	h("GET /sandboxes/{sandboxID}/metrics", s.sandboxMetrics)
 }
 
-// e2bError is E2B's error body.
-type e2bError struct {
+// errorBody is E2B's error body.
+type errorBody struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 }
 
-func writeE2BError(w http.ResponseWriter, status int, msg string) {
-	web.WriteJSON(w, status, e2bError{Code: status, Message: msg})
+func writeError(w http.ResponseWriter, status int, msg string) {
+	web.WriteJSON(w, status, errorBody{Code: status, Message: msg})
 }
 
-// e2bFail is fail in E2B's body.
-func (s *API) e2bFail(w http.ResponseWriter, r *http.Request, err error) {
+// fail is fail in E2B's body.
+func (s *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, _, msg := s.cfg.Errs.Failure(r, err)
-	writeE2BError(w, status, msg)
+	writeError(w, status, msg)
 }
 
-// e2bAuthed authenticates as authed does (E2B's SDKs send X-API-Key),
+// authed authenticates as authed does (E2B's SDKs send X-API-Key),
 // answering in E2B's error body.
-func (s *API) e2bAuthed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
+func (s *API) authed(h func(w http.ResponseWriter, r *http.Request, c *caller)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		team, msg, err := s.cfg.Authenticate(r)
 		switch {
 		case err != nil:
-			s.e2bFail(w, r, err)
+			s.fail(w, r, err)
 		case team == "":
 			if web.KeyFrom(r) == "" {
 				msg = "no API key: set E2B_API_KEY to a key of this server (cove key create --e2b makes one); it is sent as X-API-Key"
 			}
-			writeE2BError(w, http.StatusUnauthorized, msg)
+			writeError(w, http.StatusUnauthorized, msg)
 		default:
 			h(w, r, &caller{team: team})
 		}
 	})
 }
 
-// e2bDecode reads an optional JSON body into v. Unknown fields are
+// decode reads an optional JSON body into v. Unknown fields are
 // ignored, as E2B's API does, so newer SDKs that send more still work;
 // the fields Cove cannot honour are refused by the handlers by name.
-func (s *API) e2bDecode(w http.ResponseWriter, r *http.Request, v any) bool {
+func (s *API) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeE2BError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
 			return false
 		}
-		writeE2BError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
 		return false
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return true
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		writeE2BError(w, http.StatusBadRequest, "Error when parsing request: "+web.JSONMessage(err))
+		writeError(w, http.StatusBadRequest, "Error when parsing request: "+web.JSONMessage(err))
 		return false
 	}
 	return true
 }
 
-// e2bToken returns 128 random bits, hex.
-func e2bToken() string {
+// newToken returns 128 random bits, hex.
+func newToken() string {
 	b := make([]byte, 16)
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// e2bGone reports whether E2B would no longer know a sandbox: its
+// gone reports whether E2B would no longer know a sandbox: its
 // timeout passed and it is to be deleted then (the lifecycle loop does so
 // within a few seconds; until then the E2B API already answers as after).
-func (s *API) e2bGone(rec store.Sandbox) bool { return s.fleet.Expired(rec) }
+func (s *API) gone(rec store.Sandbox) bool { return s.fleet.Expired(rec) }
 
-// e2bRecord loads the caller's sandbox named in the path, answering 404
+// record loads the caller's sandbox named in the path, answering 404
 // in E2B's words when it is unknown, another team's, or gone.
-func (s *API) e2bRecord(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, bool) {
+func (s *API) record(w http.ResponseWriter, r *http.Request, c *caller) (store.Sandbox, bool) {
 	id := r.PathValue("sandboxID")
 	rec, err := s.fleet.Get(r.Context(), c.team, id)
-	if err == nil && s.e2bGone(rec) {
+	if err == nil && s.gone(rec) {
 		err = sandbox.ErrNotFound
 	}
 	if errors.Is(err, sandbox.ErrNotFound) {
-		writeE2BError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
 		return rec, false
 	}
 	if err != nil {
-		s.e2bFail(w, r, err)
+		s.fail(w, r, err)
 		return rec, false
 	}
 	return rec, true
 }
 
-// e2bTokens returns the sandbox's envd access token, giving it one when
+// tokens returns the sandbox's envd access token, giving it one when
 // it has none (a sandbox made through /v1 and reached through the E2B
 // API for the first time), and its traffic access token if any.
-func (s *API) e2bTokens(ctx context.Context, rec *store.Sandbox) (envd, traffic string, err error) {
-	if t := rec.Spec.Labels[e2bEnvdTokenLabel]; t != "" {
-		return t, rec.Spec.Labels[e2bTrafficTokenLabel], nil
+func (s *API) tokens(ctx context.Context, rec *store.Sandbox) (envd, traffic string, err error) {
+	if t := rec.Spec.Labels[envdTokenLabel]; t != "" {
+		return t, rec.Spec.Labels[trafficTokenLabel], nil
 	}
 	fresh, err := s.fleet.SetOwnLabels(ctx, rec.TeamID, rec.ID, func(labels map[string]string) {
-		if labels[e2bEnvdTokenLabel] == "" {
-			labels[e2bEnvdTokenLabel] = e2bToken()
+		if labels[envdTokenLabel] == "" {
+			labels[envdTokenLabel] = newToken()
 		}
 	})
 	if err != nil {
 		return "", "", err
 	}
 	*rec = fresh
-	return rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel], nil
+	return rec.Spec.Labels[envdTokenLabel], rec.Spec.Labels[trafficTokenLabel], nil
 }
 
 // The control plane's bodies, as E2B's OpenAPI spec names them.
@@ -270,30 +267,30 @@ type Listed struct {
 // Detail is E2B's SandboxDetail.
 type Detail struct {
 	Listed
-	EnvdAccessToken     string       `json:"envdAccessToken,omitempty"`
-	Domain              *string      `json:"domain"`
-	AllowInternetAccess bool         `json:"allowInternetAccess"`
-	Lifecycle           e2bLifecycle `json:"lifecycle"`
+	EnvdAccessToken     string    `json:"envdAccessToken,omitempty"`
+	Domain              *string   `json:"domain"`
+	AllowInternetAccess bool      `json:"allowInternetAccess"`
+	Lifecycle           lifecycle `json:"lifecycle"`
 }
 
-type e2bLifecycle struct {
+type lifecycle struct {
 	OnTimeout  string `json:"onTimeout"` // kill or pause
 	AutoResume bool   `json:"autoResume"`
 }
 
-// e2bTemplate is the templateID of a record: Cove's default template is
+// templateOf is the templateID of a record: Cove's default template is
 // E2B's base.
-func e2bTemplate(rec store.Sandbox) string {
+func templateOf(rec store.Sandbox) string {
 	if rec.Spec.Template == "" {
 		return "base"
 	}
 	return rec.Spec.Template
 }
 
-// e2bDomain is the domain sandboxes' host names are under, for the SDK to
+// domain is the domain sandboxes' host names are under, for the SDK to
 // build envd's and ports' URLs with; nil (the SDK's E2B_DOMAIN then)
 // when the server has none.
-func (s *API) e2bDomain() *string {
+func (s *API) domain() *string {
 	if s.cfg.Domain == "" {
 		return nil
 	}
@@ -301,16 +298,16 @@ func (s *API) e2bDomain() *string {
 	return &d
 }
 
-func (s *API) e2bSandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
-	v := Sandbox{TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: envd, Domain: s.e2bDomain()}
+func (s *API) sandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
+	v := Sandbox{TemplateID: templateOf(rec), SandboxID: rec.ID, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: envd, Domain: s.domain()}
 	if traffic != "" {
 		v.TrafficAccessToken = &traffic
 	}
 	return v
 }
 
-func (s *API) e2bListedView(rec store.Sandbox) Listed {
+func (s *API) listedView(rec store.Sandbox) Listed {
 	state := "running"
 	if rec.State != store.StateRunning {
 		state = "paused"
@@ -320,7 +317,7 @@ func (s *API) e2bListedView(rec store.Sandbox) Listed {
 		end = rec.StoppedAt
 	}
 	return Listed{
-		TemplateID: e2bTemplate(rec), SandboxID: rec.ID, ClientID: e2bClientID,
+		TemplateID: templateOf(rec), SandboxID: rec.ID, ClientID: clientID,
 		StartedAt: rec.StartedAt, EndAt: end,
 		CPUCount:   max(1, int(math.Ceil(rec.Spec.Limits.CPUs))),
 		MemoryMB:   rec.Spec.Limits.MemoryBytes >> 20,

@@ -47,7 +47,7 @@ func (px *Proxy) Daemon(id, network, address, token string, rewrite func(out, in
 			out.Host = ""
 			rewrite(out, pr.In)
 			// The daemon runs inside the sandbox: no Cove credential
-			// (a key, the UI's session cookie) goes in (ports.go).
+			// (a key, the UI's session cookie) goes in (StripCredentials).
 			StripCredentials(out)
 			out.Header.Del(guest.AccessTokenHeader)
 			if token != "" {
