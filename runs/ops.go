@@ -125,13 +125,9 @@ func (s *Service) sandboxFor(ctx context.Context, team string, req api.CreateRun
 }
 
 // deleteSandbox takes back a sandbox made for a run that did not start:
-// false when the Sandboxes cannot delete or it failed.
+// false when that failed.
 func (s *Service) deleteSandbox(ctx context.Context, team, id string) bool {
-	d, ok := s.cfg.Sandboxes.(Deleter)
-	if !ok {
-		return false
-	}
-	if err := d.Delete(ctx, team, id); err != nil {
+	if err := s.cfg.Sandboxes.Delete(ctx, team, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		s.log.Error("deleting the sandbox of a run that did not start", "sandbox", id, "err", err)
 		return false
 	}

@@ -47,20 +47,13 @@ type Sandboxes interface {
 	// when it was stopped, and marks activity on it: ErrNotFound when the
 	// team has no such sandbox.
 	Open(ctx context.Context, team, id string) (sandbox.Session, error)
-}
-
-// Deleter is optional for a Sandboxes: it deletes team's sandbox id.
-// Create uses it to take back a sandbox it made when the run's workspace
-// tar does not load; without it the sandbox stays, for its lifecycle to
-// end.
-type Deleter interface {
+	// Delete deletes team's sandbox id: Create uses it to take back a
+	// sandbox it made when the run's workspace tar does not load.
+	// ErrNotFound when the team has no such sandbox.
 	Delete(ctx context.Context, team, id string) error
-}
-
-// Beginner is optional for a Sandboxes: Begin counts the sandbox id in
-// use until end is called, so a working agent keeps its sandbox from
-// idling out between its commands.
-type Beginner interface {
+	// Begin counts the sandbox id in use until end is called, so a
+	// working agent keeps its sandbox from idling out between its
+	// commands.
 	Begin(id string) (end func())
 }
 

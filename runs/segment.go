@@ -88,10 +88,8 @@ func (s *Service) runSegment(ctx context.Context, lr *liveRun, do segment) (*age
 	if err != nil {
 		return nil, err
 	}
-	if b, ok := s.cfg.Sandboxes.(Beginner); ok {
-		end := b.Begin(rec.SandboxID) // a working agent keeps its sandbox from idling out
-		defer end()
-	}
+	end := s.cfg.Sandboxes.Begin(rec.SandboxID) // a working agent keeps its sandbox from idling out
+	defer end()
 	rc := agent.RunConfig{
 		MaxTurns: cfg.Agent.MaxTurns,
 		Sandbox:  &agent.SandboxRunConfig{Session: sess},

@@ -76,6 +76,8 @@ func (b *boxes) Delete(ctx context.Context, team, id string) error {
 	return b.st.DeleteSandbox(ctx, id)
 }
 
+func (b *boxes) Begin(id string) (end func()) { return func() {} }
+
 func models(ctx context.Context, spec runs.ModelSpec) (agent.Model, error) {
 	m, err := openai.New(openai.Config{Model: spec.Model, APIKey: spec.APIKey, BaseURL: spec.BaseURL, API: openai.API(spec.API),
 		NoEnv: true, HTTPClient: spec.HTTPClient, BaseURLSetting: spec.BaseURLSetting, KeySetting: spec.KeySetting})

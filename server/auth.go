@@ -13,13 +13,14 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
 // KeyPrefix starts every API key, so a leaked one is easy to find.
 const KeyPrefix = "cove_"
 
-// E2BKeyPrefix starts keys issued in E2B's form (e2b.go), for E2B SDKs
+// E2BKeyPrefix starts keys issued in E2B's form (server/e2b), for E2B SDKs
 // and tools that expect it; they are team keys like any other.
 const E2BKeyPrefix = "e2b_"
 
@@ -63,23 +64,8 @@ func HashKey(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// keyFrom reads the key of a request: "Authorization: Bearer cove_...",
-// or X-API-Key as E2B's clients send it. A WebSocket handshake may carry
-// it as ?access_token= instead, for clients that cannot set headers on
-// one (the web UI signs in with a cookie instead, session.go); nothing
-// else takes a key from the URL, where logs would keep it.
-func keyFrom(r *http.Request) string {
-	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		return strings.TrimSpace(v)
-	}
-	if k := strings.TrimSpace(r.Header.Get("X-API-Key")); k != "" {
-		return k
-	}
-	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		return r.URL.Query().Get("access_token")
-	}
-	return ""
-}
+// keyFrom reads the key of a request (web.KeyFrom).
+func keyFrom(r *http.Request) string { return web.KeyFrom(r) }
 
 // authed wraps a /v1 handler with authentication: the request's key, or
 // else the web UI's session cookie (session.go).

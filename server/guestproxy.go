@@ -1,19 +1,15 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 
 	"github.com/cove-sandbox/cove/api"
-	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/proxy"
 )
 
 // The sandbox daemon's own API through the server. Everything a Cove
@@ -56,7 +52,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, info.State, rec.ID, sandbox.ErrState))
 		return
 	}
-	network, address, token, ok := daemonEndpoint(sess)
+	network, address, token, ok := proxy.DaemonEndpoint(sess)
 	if !ok {
 		writeError(w, r, http.StatusNotImplemented, api.CodeInvalid,
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot proxy their API")
@@ -68,7 +64,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
 	id := rec.ID
-	rp := s.daemonProxy(id, network, address, token, func(out, in *http.Request) {
+	rp := s.proxy.Daemon(id, network, address, token, func(out, in *http.Request) {
 		out.URL.Path, out.URL.RawPath = guestPath(in.URL)
 		out.Header.Del("X-API-Key")
 		if strings.HasPrefix(out.Header.Get("Authorization"), "Bearer ") {
@@ -85,83 +81,6 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 	})
 	rp.ServeHTTP(w, r)
-}
-
-// daemonEndpoint is where a session's daemon is dialed, and its token;
-// ok is false when the session's runtime does not reach it directly.
-func daemonEndpoint(sess sandbox.Session) (network, address, token string, ok bool) {
-	var addr string
-	if ep, isEP := sess.(guest.Endpointer); isEP {
-		addr, token = ep.Endpoint()
-	}
-	network, address, ok = daemonAddr(addr)
-	return network, address, token, ok
-}
-
-// daemonProxy is a reverse proxy to the daemon of sandbox id, dialed at
-// network and address. rewrite sets the path of the outgoing request
-// (and takes out what the daemon must not see); the daemon's token
-// replaces whatever X-Access-Token the client sent. Streams are flushed
-// as they come, upgraded connections spliced, and the bytes metered at
-// the connection, so tunnels count too. fail answers a request the
-// daemon did not (unless the client left); the cause goes to the log
-// only, as it names host paths.
-func (s *Server) daemonProxy(id, network, address, token string, rewrite func(out, in *http.Request), fail func(w http.ResponseWriter, r *http.Request, err error)) *httputil.ReverseProxy {
-	var d net.Dialer
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			out := pr.Out
-			out.URL.Scheme, out.URL.Host = "http", "guest"
-			out.Host = ""
-			rewrite(out, pr.In)
-			// The daemon runs inside the sandbox: no Cove credential
-			// (a key, the UI's session cookie) goes in (ports.go).
-			stripCredentials(out)
-			out.Header.Del(guest.AccessTokenHeader)
-			if token != "" {
-				out.Header.Set(guest.AccessTokenHeader, token)
-			}
-		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				conn, err := d.DialContext(ctx, network, address)
-				if err != nil {
-					return nil, err
-				}
-				return &countedConn{Conn: conn, s: s, id: id}, nil
-			},
-			DisableKeepAlives:  true,
-			DisableCompression: true,
-		},
-		// Process output and watch events go out as they come.
-		FlushInterval: -1,
-		// A stream cut by a stopping sandbox is routine: debug, not stderr.
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the client left
-			}
-			var mbe *http.MaxBytesError
-			if !errors.As(err, &mbe) {
-				s.log.Warn("proxying to a sandbox's daemon", "request_id", requestID(r), "sandbox", id, "err", err)
-			}
-			fail(w, r, err)
-		},
-	}
-}
-
-// daemonAddr splits a daemon address (guest.NewClient's form) into what
-// to dial; only a daemon reached directly (a unix socket, or TCP with no
-// path) can be proxied.
-func daemonAddr(addr string) (network, address string, ok bool) {
-	if p, ok := strings.CutPrefix(addr, "unix://"); ok && p != "" {
-		return "unix", p, true
-	}
-	u, err := url.Parse(addr)
-	if err != nil || u.Scheme != "http" || u.Host == "" || strings.Trim(u.Path, "/") != "" {
-		return "", "", false
-	}
-	return "tcp", u.Host, true
 }
 
 // guestPath is the daemon's path of a request to

@@ -78,7 +78,7 @@ func TestGuestProxySession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ts.busy(sb.ID) {
+	if !ts.fleet.Busy(sb.ID) {
 		t.Error("an open process stream does not count as activity")
 	}
 	if err := p.Write(ctx, []byte("through the proxy\n")); err != nil {
@@ -118,7 +118,7 @@ func TestGuestProxySession(t *testing.T) {
 	if _, err := s.DialPort(ctx, 1); !errors.Is(err, sandbox.ErrUnavailable) {
 		t.Errorf("DialPort to a closed port: %v, want ErrUnavailable", err)
 	}
-	eventually(t, "the proxy to end its streams", func() bool { return !ts.busy(sb.ID) })
+	eventually(t, "the proxy to end its streams", func() bool { return !ts.fleet.Busy(sb.ID) })
 }
 
 // TestGuestProxyRequests checks what reaches the daemon, with a fake
@@ -172,12 +172,12 @@ func TestGuestProxyRequests(t *testing.T) {
 	if err != nil || line != "first\n" {
 		t.Errorf("first line of a stream: %q %v", line, err)
 	}
-	if !ts.busy(sb.ID) {
+	if !ts.fleet.Busy(sb.ID) {
 		t.Error("an open stream does not count as activity")
 	}
 	close(d.release)
 	resp.Body.Close()
-	eventually(t, "the stream to end", func() bool { return !ts.busy(sb.ID) })
+	eventually(t, "the stream to end", func() bool { return !ts.fleet.Busy(sb.ID) })
 
 	// A tunnel through guest.Client, as the remote runtime opens one.
 	c, err := guest.NewClient(prefix, guest.ClientOptions{Header: http.Header{"X-Api-Key": {key}}})
@@ -200,7 +200,7 @@ func TestGuestProxyRequests(t *testing.T) {
 	if err != nil || string(echo) != "ping" {
 		t.Errorf("echo through the tunnel: %q %v", echo, err)
 	}
-	eventually(t, "the tunnel to end", func() bool { return !ts.busy(sb.ID) })
+	eventually(t, "the tunnel to end", func() bool { return !ts.fleet.Busy(sb.ID) })
 
 	// The daemon gone: 503, and the cause (a host path) stays in the log.
 	d.srv.Close()

@@ -310,8 +310,8 @@ func TestPortProxy(t *testing.T) {
 		}
 	})
 
-	if tr := ts.trafficOf(sb.ID); tr.in.Load() == 0 || tr.out.Load() == 0 {
-		t.Errorf("proxied bytes not metered: in %d, out %d", tr.in.Load(), tr.out.Load())
+	if in, out := ts.fleet.Traffic(sb.ID); in == 0 || out == 0 {
+		t.Errorf("proxied bytes not metered: in %d, out %d", in, out)
 	}
 
 	t.Run("stopped", func(t *testing.T) {
@@ -372,7 +372,7 @@ func TestPortWebSocket(t *testing.T) {
 				t.Fatalf("dial: %v (%+v)", err, resp)
 			}
 			defer c.CloseNow()
-			if !ts.busy(sb.ID) {
+			if !ts.fleet.Busy(sb.ID) {
 				t.Errorf("an open WebSocket does not keep the sandbox busy")
 			}
 			for _, msg := range []string{"hello", strings.Repeat("x", 1000)} {
@@ -386,7 +386,7 @@ func TestPortWebSocket(t *testing.T) {
 			}
 			c.Close(websocket.StatusNormalClosure, "")
 			deadline := time.Now().Add(10 * time.Second)
-			for ts.busy(sb.ID) {
+			for ts.fleet.Busy(sb.ID) {
 				if time.Now().After(deadline) {
 					t.Fatal("the sandbox is still busy after the WebSocket closed")
 				}

@@ -153,14 +153,14 @@ func TestFileOpsAreActivity(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key := ts.teamKey(t, "active")
 	sb := ts.create(t, key, api.CreateSandbox{})
-	before := ts.lastActivity(sb.ID)
+	before := ts.fleet.LastActivity(sb.ID)
 	time.Sleep(5 * time.Millisecond)
 	ts.must(t, 200, "GET", "/v1/sandboxes/"+sb.ID, key, nil, nil)
-	if got := ts.lastActivity(sb.ID); !got.Equal(before) {
+	if got := ts.fleet.LastActivity(sb.ID); !got.Equal(before) {
 		t.Errorf("reading the record moved the activity: %v -> %v", before, got)
 	}
 	ts.must(t, 204, "PUT", "/v1/sandboxes/"+sb.ID+"/files?path=a.txt", key, "x", nil)
-	if got := ts.lastActivity(sb.ID); !got.After(before) {
+	if got := ts.fleet.LastActivity(sb.ID); !got.After(before) {
 		t.Errorf("writing a file did not count as activity: %v -> %v", before, got)
 	}
 }

@@ -1,16 +1,14 @@
-// Package server is `cove serve`: a multi-tenant sandbox service over one
-// sandbox.Runtime and one store.Store. It serves the /v1 JSON API (API
-// keys per team, sandboxes, exec streams, files, snapshots, exposed ports,
-// usage), proxies HTTP and WebSocket traffic to ports inside sandboxes,
-// enforces lifecycle policies (TTL, idle timeout, retention) and meters
-// use. The store is the truth: a restarted server picks up where it was.
+// Package server is `cove serve`'s HTTP front doors over the sandbox
+// service (package fleet): the /v1 JSON API (API keys per team,
+// sandboxes, exec streams, files, snapshots, exposed ports, usage), the
+// E2B API (server/e2b), the proxy to ports inside sandboxes, and the web
+// UI. Handlers translate between HTTP and fleet; the domain (quotas,
+// lifecycle, metering, records) is fleet's. The store is the truth: a
+// restarted server picks up where it was.
 package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,13 +22,21 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/runs"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/e2b"
+	"github.com/cove-sandbox/cove/server/internal/proxy"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
 // Config configures a Server. Zero values mean the defaults.
 type Config struct {
+	// Fleet is the sandbox service. When nil, New makes one from the
+	// fields below (Runtime to AllowUnlimitedPids), and Start and Close
+	// run and stop it; a Fleet given here is the caller's to start.
+	Fleet   *fleet.Fleet
 	Runtime sandbox.Runtime
 	Store   store.Store
 	// DataDir holds what the store does not: snapshot tars.
@@ -67,7 +73,7 @@ type Config struct {
 	// manifest's git_repo): CIDRs, addresses or host names, an address or
 	// name with an optional ":port". Loopback, private, link-local,
 	// multicast and other non-public addresses are refused otherwise;
-	// cloud metadata endpoints always are (egress.go).
+	// cloud metadata endpoints always are (package egress).
 	OutboundAllow []string
 	// LookupHost resolves host names for those connections; nil is the
 	// system resolver (tests name their own).
@@ -78,18 +84,11 @@ type Config struct {
 	AllowUnlimitedPids bool
 }
 
-// Prices are USD per unit of metered use.
-type Prices struct {
-	CPUSecond    float64 `json:"cpu_second"`
-	MemoryGiBSec float64 `json:"memory_gib_second"`
-	DiskGiBHour  float64 `json:"disk_gib_hour"`
-	EgressGiB    float64 `json:"egress_gib"`
-}
+// Prices are USD per unit of metered use (fleet's).
+type Prices = fleet.Prices
 
-// DefaultPrices are in the range of hosted sandbox providers' list prices
-// (per vCPU-second and GiB-second), for a self-hoster to replace with
-// their own costs.
-var DefaultPrices = Prices{CPUSecond: 0.000014, MemoryGiBSec: 0.0000045, DiskGiBHour: 0.0001, EgressGiB: 0.05}
+// DefaultPrices are fleet's.
+var DefaultPrices = fleet.DefaultPrices
 
 // Server is the HTTP service. Create it with New, serve Handler, call
 // Start for the background loops and Close at the end.
@@ -100,33 +99,23 @@ type Server struct {
 	// patterns are the registered routes (set up once in New).
 	patterns []string
 
-	// mu guards active (open streams and connections per sandbox),
-	// traffic (bytes in and out per sandbox since the last meter) and
-	// touched (activity not yet written to the store).
-	mu      sync.Mutex
-	active  map[string]int
-	traffic map[string]*traffic
-	touched map[string]time.Time
-	// lastTouch is the latest activity seen per sandbox (kept after the
-	// flush, so the lifecycle loop never misses one in flight).
-	lastTouch map[string]time.Time
-	// flushMu serialises flushTouches.
-	flushMu sync.Mutex
+	// fleet is the sandbox service every front door calls; ownFleet is
+	// true when New made it (Start and Close then run and stop it).
+	fleet    *fleet.Fleet
+	ownFleet bool
 
-	// sessMu guards sessions: the live session of each running sandbox,
-	// kept so requests reuse its daemon connections (a new session per
-	// request would dial the daemon each time).
-	sessMu   sync.Mutex
-	sessions map[string]cachedSession
+	// errs answers failed requests (server/internal/web).
+	errs *web.Errors
+	// proxy forwards requests into sandboxes (server/internal/proxy);
+	// e2b is the E2B API's front door (server/e2b).
+	proxy *proxy.Proxy
+	e2b   *e2b.API
 
 	// keyMu guards keys, recently looked-up API keys by hash (auth.go).
 	keyMu sync.Mutex
 	keys  map[string]cachedKey
 
-	// createMu serialises quota checks with the creates they admit.
-	createMu sync.Mutex
-
-	metrics *metrics
+	metrics *serverMetrics
 	// procTable keeps the handles of background processes started
 	// through the API (io.go).
 	procTable *procTable
@@ -143,12 +132,14 @@ type Server struct {
 	egress *egress.Policy
 }
 
-type traffic struct{ in, out atomic.Int64 }
+// lifecycleInterval, when set, is the lifecycle loop's period of the
+// fleet New makes (tests shorten it).
+var lifecycleInterval time.Duration
 
 // New returns a server; it does nothing until served.
 func New(cfg Config) (*Server, error) {
-	if cfg.Runtime == nil || cfg.Store == nil {
-		return nil, fmt.Errorf("server: a runtime and a store are required: %w", sandbox.ErrInvalid)
+	if (cfg.Runtime == nil && cfg.Fleet == nil) || cfg.Store == nil {
+		return nil, fmt.Errorf("server: a runtime (or a fleet) and a store are required: %w", sandbox.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -168,29 +159,42 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxUploadBytes == 0 {
 		cfg.MaxUploadBytes = 1 << 30
 	}
-	if cfg.Prices == (Prices{}) {
-		cfg.Prices = DefaultPrices
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.MaxPids == 0 {
-		cfg.MaxPids = defaultMaxPids
-	}
-	if cfg.MaxPids < api.MinPids {
-		return nil, fmt.Errorf("server: the largest pids limit %d is below the smallest a sandbox can run with, %d: %w", cfg.MaxPids, api.MinPids, sandbox.ErrInvalid)
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	out, err := egress.New(cfg.OutboundAllow, cfg.LookupHost)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Store = newCachedStore(cfg.Store)
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
-		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
+	fl, own := cfg.Fleet, false
+	if fl == nil {
+		fl, err = fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
+			DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, Now: cfg.Now,
+			Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
+		if err != nil {
+			return nil, err
+		}
+		own = true
+	}
+	// The limits are the fleet's whoever made it.
+	cfg.MaxTTL = fl.MaxTTL()
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl, ownFleet: own,
+		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
+		metrics: newMetrics(), done: make(chan struct{}), keys: map[string]cachedKey{},
 		procTable: &procTable{m: map[string]map[int]*procEntry{}}, egress: out}
+	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
+	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.created,
+		Authenticate: func(r *http.Request) (string, string, error) {
+			c, msg, err := s.authenticate(r)
+			if c == nil {
+				return "", msg, err
+			}
+			return c.team, "", nil
+		}})
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
-	s.runs, err = runs.New(runs.Config{Store: cfg.Store, Sandboxes: runSandboxes{s}, Models: cfg.Models, Model: cfg.Model,
+	s.runs, err = runs.New(runs.Config{Store: cfg.Store, Sandboxes: fl, Models: cfg.Models, Model: cfg.Model,
 		Egress: out, SecretKey: cfg.SecretKey, DataDir: cfg.DataDir, Redact: s.tenantText, Logger: cfg.Logger, Now: cfg.Now})
 	if err != nil {
 		return nil, err
@@ -211,7 +215,7 @@ func (s *Server) routes() {
 	s.portRoutes()
 	s.usageRoutes()
 	s.guestRoutes()
-	s.e2bRoutes()
+	s.e2b.Routes(s.mux)
 	s.runRoutes()
 	s.secretRoutes()
 	s.sessionRoutes()
@@ -239,7 +243,7 @@ func (s *Server) Handler() http.Handler {
 			id = newID("req-")
 		}
 		w.Header().Set("X-Request-Id", id)
-		r = r.WithContext(context.WithValue(r.Context(), reqIDKey{}, id))
+		r = web.WithRequestID(r, id)
 		start := time.Now() // durations use the real clock, never a test's
 		rec := &statusWriter{ResponseWriter: w, status: 200}
 		defer func() {
@@ -256,8 +260,8 @@ func (s *Server) Handler() http.Handler {
 			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
 		}()
 		// E2B SDKs name the sandbox in headers when E2B_SANDBOX_URL
-		// points here (e2b_envd.go).
-		if s.serveE2BByHeader(rec, r) {
+		// points here (server/e2b).
+		if s.e2b.ServeByHeader(rec, r) {
 			return
 		}
 		if s.servePortByHost(rec, r) {
@@ -265,13 +269,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.mux.ServeHTTP(rec, r)
 	})
-}
-
-type reqIDKey struct{}
-
-func requestID(r *http.Request) string {
-	id, _ := r.Context().Value(reqIDKey{}).(string)
-	return id
 }
 
 // statusWriter records the status for logs and metrics, and passes
@@ -302,31 +299,19 @@ func (w *statusWriter) Flush() {
 	}
 }
 
-// Start runs the background loops: lifecycle policies, metering and
-// agent runs (the ones a previous server left working go on).
-// Reconcile should have run first.
+// Start runs the background loops: the fleet's (lifecycle policies and
+// metering) when New made it, and the agent runs' (the ones a previous
+// server left working go on). Reconcile should have run first.
 func (s *Server) Start() {
 	s.runs.Start()
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
-		s.lifecycleLoop()
-	}()
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(touchInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				s.flushTouches()
-				return
-			case <-t.C:
-				s.flushTouches()
-			}
-		}
-	}()
+	if s.ownFleet {
+		s.fleet.Start()
+	}
 }
+
+// Reconcile makes the store and the runtime agree after a (re)start
+// (fleet's Reconcile).
+func (s *Server) Reconcile(ctx context.Context) error { return s.fleet.Reconcile(ctx) }
 
 // Close stops the background loops. Sandboxes keep running: their
 // supervisors outlive the server, and a new server picks them up.
@@ -336,6 +321,9 @@ func (s *Server) Close() error {
 		s.stopClosing()
 	}
 	s.wg.Wait()
+	if s.ownFleet {
+		s.fleet.Close()
+	}
 	s.runs.Close()
 	return nil
 }
@@ -353,60 +341,37 @@ func (s *Server) streamContext(ctx context.Context) (context.Context, context.Ca
 	return ctx, func() { stop(); cancel() }
 }
 
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+// The shared helpers of the front doors (server/internal/web), by the
+// names this package's handlers use.
+
+func writeJSON(w http.ResponseWriter, status int, v any) { web.WriteJSON(w, status, v) }
+
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	web.WriteError(w, r, status, code, msg)
 }
 
-// writeError writes the {code, message, request_id} body.
-func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
-	writeJSON(w, status, api.Error{Code: code, Message: msg, RequestID: requestID(r)})
-}
+func requestID(r *http.Request) string { return web.RequestID(r) }
 
 // fail answers a request that failed with err (see failure).
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, code, msg := s.failure(r, err)
-	writeError(w, r, status, code, msg)
-}
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) { s.errs.Fail(w, r, err) }
 
 // failure maps an error to its status, code and message: the sandbox
 // sentinels to 4xx with their message (it says what was wrong), anything
 // else to a 500 whose message is only the request id (the cause goes to
 // the log).
 func (s *Server) failure(r *http.Request, err error) (status int, code, msg string) {
-	status, code = statusOf(err)
-	msg = err.Error()
-	switch {
-	case status == http.StatusInternalServerError:
-		s.log.Error("internal error", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; quote request id " + requestID(r)
-	case status == http.StatusServiceUnavailable || s.hostDetail(msg):
-		// The runtime's and the daemon's words: host paths, log
-		// lines (hostdetail.go).
-		s.log.Warn("a failure's detail kept from the tenant", "request_id", requestID(r), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-		msg = publicMessage(status, code) + "; quote request id " + requestID(r)
-	}
-	return status, code, msg
+	return s.errs.Failure(r, err)
 }
 
-func statusOf(err error) (int, string) {
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, errQuota):
-		return http.StatusTooManyRequests, api.CodeLimit
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, api.CodeUnavailable
-	}
-	return api.CodeOf(err)
-}
+// tenantText is text for a tenant: itself, or a reference when it holds
+// host detail.
+func (s *Server) tenantText(text string) string { return s.errs.TenantText(text) }
 
-var errQuota = errors.New("quota exceeded")
+func decodeJSON(r io.Reader, v any) error { return web.DecodeJSON(r, v) }
+
+func jsonMessage(err error) string { return web.JSONMessage(err) }
+
+func newID(prefix string) string { return web.NewID(prefix) }
 
 // decode reads a JSON body strictly: unknown fields, trailing data, wrong
 // types and bodies over the limit are 4xx errors that say what to fix.
@@ -425,173 +390,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return false
 }
 
-// decodeJSON reads one JSON object from r into v, refusing unknown
-// fields and anything after the object.
-func decodeJSON(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("data after the JSON object")
-	}
-	return err
-}
-
-// jsonMessage says what is wrong with a JSON body that did not decode.
-func jsonMessage(err error) string {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	msg := err.Error()
-	switch {
-	case errors.Is(err, io.EOF):
-		msg = "the request body is empty; send a JSON object"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		msg = "malformed JSON: the body ends before the object does"
-	case errors.As(err, &te):
-		msg = fmt.Sprintf("field %q must be %s, not %s", te.Field, te.Type, te.Value)
-	case errors.As(err, &se):
-		msg = fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
-	case strings.HasPrefix(msg, "json: unknown field "):
-		msg = "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + "; see /openapi.json"
-	}
-	return msg
-}
-
-// newID returns prefix + 12 random hex digits.
-func newID(prefix string) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-// begin records an open stream or connection to a sandbox: it counts as
-// activity for the idle timeout until end is called.
-func (s *Server) begin(id string) (end func()) {
-	s.mu.Lock()
-	s.active[id]++
-	s.mu.Unlock()
-	s.touch(id)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			if s.active[id]--; s.active[id] <= 0 {
-				delete(s.active, id)
-			}
-			s.mu.Unlock()
-			s.touch(id)
-		})
-	}
-}
-
-func (s *Server) busy(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active[id] > 0
-}
-
-// touch records activity on a sandbox now. The store hears of it within
-// touchInterval (flushTouches): a write per request would put an fsync on
-// every exec's path, and idle timeouts are minutes long.
-func (s *Server) touch(id string) {
-	now := s.cfg.Now()
-	s.mu.Lock()
-	if now.After(s.touched[id]) {
-		s.touched[id] = now
-	}
-	if now.After(s.lastTouch[id]) {
-		s.lastTouch[id] = now
-	}
-	s.mu.Unlock()
-}
-
-// lastActivity is the latest activity on a sandbox this server saw,
-// whether or not it has reached the store yet.
-func (s *Server) lastActivity(id string) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lastTouch[id]
-}
-
-// touchInterval is how often recorded activity reaches the store.
-var touchInterval = time.Second
-
-// flushTouches writes the activity recorded since the last flush. One
-// flush runs at a time, so one that returns has seen every touch before
-// it written (the lifecycle loop relies on it).
-func (s *Server) flushTouches() {
-	s.flushMu.Lock()
-	defer s.flushMu.Unlock()
-	s.mu.Lock()
-	pending := s.touched
-	s.touched = map[string]time.Time{}
-	s.mu.Unlock()
-	for id, t := range pending {
-		if err := s.cfg.Store.TouchSandbox(context.Background(), id, t); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			s.log.Warn("recording activity", "sandbox", id, "err", err)
-		}
-	}
-}
+// begin records an open stream or connection to a sandbox (fleet's
+// Begin).
+func (s *Server) begin(id string) (end func()) { return s.fleet.Begin(id) }
 
 // countIn and countOut meter bytes through the API and the proxy.
-func (s *Server) countIn(id string, n int64)  { s.trafficOf(id).in.Add(n) }
-func (s *Server) countOut(id string, n int64) { s.trafficOf(id).out.Add(n) }
-
-func (s *Server) trafficOf(id string) *traffic {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.traffic[id]
-	if t == nil {
-		t = &traffic{}
-		s.traffic[id] = t
-	}
-	return t
-}
-
-// takeTraffic returns and resets a sandbox's byte counts.
-func (s *Server) takeTraffic(id string) (in, out int64) {
-	s.mu.Lock()
-	t := s.traffic[id]
-	s.mu.Unlock()
-	if t == nil {
-		return 0, 0
-	}
-	return t.in.Swap(0), t.out.Swap(0)
-}
-
-type cachedSession struct {
-	sess    sandbox.Session
-	started time.Time // the record's StartedAt when cached: a resume makes a new one
-}
-
-// runtimeSession returns the live session of a running sandbox, reusing
-// the one made since it last started.
-func (s *Server) runtimeSession(ctx context.Context, rec store.Sandbox) (sandbox.Session, error) {
-	s.sessMu.Lock()
-	c, ok := s.sessions[rec.ID]
-	s.sessMu.Unlock()
-	if ok && c.started.Equal(rec.StartedAt) {
-		return c.sess, nil
-	}
-	sess, err := s.cfg.Runtime.Get(ctx, rec.ID)
-	if err != nil {
-		return nil, err
-	}
-	s.sessMu.Lock()
-	s.sessions[rec.ID] = cachedSession{sess: sess, started: rec.StartedAt}
-	s.sessMu.Unlock()
-	return sess, nil
-}
-
-// forgetSession drops a sandbox's cached session (it stopped or went).
-func (s *Server) forgetSession(id string) {
-	s.sessMu.Lock()
-	c, ok := s.sessions[id]
-	delete(s.sessions, id)
-	s.sessMu.Unlock()
-	if ok {
-		if cl, ok := c.sess.(io.Closer); ok {
-			cl.Close()
-		}
-	}
-}
+func (s *Server) countIn(id string, n int64)  { s.fleet.CountIn(id, n) }
+func (s *Server) countOut(id string, n int64) { s.fleet.CountOut(id, n) }

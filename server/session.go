@@ -16,6 +16,7 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/web"
 )
 
 // The web UI's sign-in. The UI posts the API key once to POST
@@ -46,10 +47,10 @@ import (
 
 const (
 	// sessionCookie is the UI's session.
-	sessionCookie = "cove_session"
+	sessionCookie = web.SessionCookie
 	// csrfHeader carries the session's CSRF token; csrfQuery carries it
 	// on a WebSocket handshake.
-	csrfHeader = "X-Cove-CSRF"
+	csrfHeader = web.CSRFHeader
 	csrfQuery  = "csrf"
 	// sessionTTL is how long a session lasts when the user asked to
 	// stay signed in (the cookie's Max-Age); browserSessionTTL bounds a

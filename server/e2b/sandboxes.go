@@ -1,4 +1,4 @@
-package server
+package e2b
 
 import (
 	"context"
@@ -12,14 +12,16 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/fleet"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
 // The E2B control plane's handlers (see e2b.go).
 
-// e2bNewSandbox is the body of POST /sandboxes and /v2/sandboxes
+// newSandbox is the body of POST /sandboxes and /v2/sandboxes
 // (NewSandbox, NewSandboxV2).
-type e2bNewSandbox struct {
+type newSandbox struct {
 	TemplateID      string            `json:"templateID"`
 	Timeout         *int64            `json:"timeout"`
 	AutoPause       *bool             `json:"autoPause"`
@@ -39,7 +41,7 @@ type e2bNewSandbox struct {
 
 // unsupported names the first field of a create that asks for something
 // Cove does not do yet, with what to do instead; "" when none does.
-func (b *e2bNewSandbox) unsupported() string {
+func (b *newSandbox) unsupported() string {
 	isSet := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 	switch {
 	case b.AutoResume != nil && b.AutoResume.Enabled:
@@ -62,7 +64,7 @@ func (b *e2bNewSandbox) unsupported() string {
 // network is the Cove network policy a create asks for: none (loopback
 // only, Cove's default when allow_internet_access is not given),
 // internet, or only network.allowOut's addresses and host names.
-func (b *e2bNewSandbox) network() (*api.Network, string) {
+func (b *newSandbox) network() (*api.Network, string) {
 	var allow []string
 	if raw, ok := b.Network["allowOut"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &allow); err != nil {
@@ -78,18 +80,18 @@ func (b *e2bNewSandbox) network() (*api.Network, string) {
 	return nil, ""
 }
 
-func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
-	var body e2bNewSandbox
-	if !s.e2bDecode(w, r, &body) {
+func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
+	var body newSandbox
+	if !s.decode(w, r, &body) {
 		return
 	}
 	if msg := body.unsupported(); msg != "" {
-		writeE2BError(w, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	network, msg := body.network()
 	if msg != "" {
-		writeE2BError(w, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	// The v1 route's default timeout is 15 seconds, v2's 300, as E2B's.
@@ -100,20 +102,20 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
-	if timeout < 1 || timeout > int64(s.cfg.MaxTTL/time.Second) {
-		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("timeout: %d seconds is out of range; give 1 to %d", timeout, int64(s.cfg.MaxTTL/time.Second)))
+	if timeout < 1 || timeout > int64(s.fleet.MaxTTL()/time.Second) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout: %d seconds is out of range; give 1 to %d", timeout, int64(s.fleet.MaxTTL()/time.Second)))
 		return
 	}
 	for k, v := range body.Metadata {
-		if err := checkLabel("metadata", k, v); err != nil {
-			s.e2bFail(w, r, err)
+		if err := fleet.CheckLabel("metadata", k, v); err != nil {
+			s.fail(w, r, err)
 			return
 		}
 	}
 	public := true
 	if raw, ok := body.Network["allowPublicTraffic"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &public); err != nil {
-			writeE2BError(w, http.StatusBadRequest, "network.allowPublicTraffic must be true or false")
+			writeError(w, http.StatusBadRequest, "network.allowPublicTraffic must be true or false")
 			return
 		}
 	}
@@ -128,211 +130,193 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request, c *caller) {
 	// The client leaving must not leave a sandbox half made.
 	ctx := context.WithoutCancel(r.Context())
 	start := time.Now()
-	rec, _, err := s.createRecorded(ctx, c.team, api.CreateSandbox{
+	own := map[string]string{madeLabel: "1", envdTokenLabel: newToken()}
+	if !public {
+		own[trafficTokenLabel] = newToken()
+	}
+	rec, _, err := s.fleet.CreateLabeled(ctx, c.team, api.CreateSandbox{
 		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata, Network: network,
-	})
+	}, own)
 	if err != nil {
-		s.e2bFail(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
-	err = s.update(ctx, &rec, func(rec *store.Sandbox) {
-		rec.Spec.Labels[e2bLabel] = "1"
-		rec.Spec.Labels[e2bEnvdTokenLabel] = e2bToken()
-		if !public {
-			rec.Spec.Labels[e2bTrafficTokenLabel] = e2bToken()
-		}
-	})
-	if err != nil {
-		s.remove(ctx, rec.ID)
-		s.e2bFail(w, r, fmt.Errorf("creating the sandbox (it was deleted): %w", err))
-		return
-	}
-	s.metrics.created(time.Since(start))
-	writeJSON(w, http.StatusCreated, s.e2bSandboxView(rec, rec.Spec.Labels[e2bEnvdTokenLabel], rec.Spec.Labels[e2bTrafficTokenLabel]))
+	s.cfg.Created(time.Since(start))
+	web.WriteJSON(w, http.StatusCreated, s.sandboxView(rec, rec.Spec.Labels[envdTokenLabel], rec.Spec.Labels[trafficTokenLabel]))
 }
 
-func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request, c *caller) {
-	rec, ok := s.e2bRecord(w, r, c)
+func (s *API) get(w http.ResponseWriter, r *http.Request, c *caller) {
+	rec, ok := s.record(w, r, c)
 	if !ok {
 		return
 	}
-	envd, _, err := s.e2bTokens(r.Context(), &rec)
+	envd, _, err := s.tokens(r.Context(), &rec)
 	if err != nil {
-		s.e2bFail(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
 	onTimeout := "kill"
 	if rec.OnExpire == store.ExpireStop {
 		onTimeout = "pause"
 	}
-	writeJSON(w, http.StatusOK, e2bDetail{e2bListed: s.e2bListedView(rec), EnvdAccessToken: envd, Domain: s.e2bDomain(),
-		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: e2bLifecycle{OnTimeout: onTimeout}})
+	web.WriteJSON(w, http.StatusOK, Detail{Listed: s.listedView(rec), EnvdAccessToken: envd, Domain: s.domain(),
+		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: lifecycle{OnTimeout: onTimeout}})
 }
 
-func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request, c *caller) {
-	rec, ok := s.e2bRecord(w, r, c)
+func (s *API) kill(w http.ResponseWriter, r *http.Request, c *caller) {
+	rec, ok := s.record(w, r, c)
 	if !ok {
 		return
 	}
-	if err := s.remove(context.WithoutCancel(r.Context()), rec.ID); err != nil {
-		s.e2bFail(w, r, err)
+	if err := s.fleet.Delete(context.WithoutCancel(r.Context()), c.team, rec.ID); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// e2bSeconds reads a JSON body of one integer field of seconds (timeout,
+// seconds reads a JSON body of one integer field of seconds (timeout,
 // duration); def applies when it is absent, and absent is an error when
 // def is negative.
-func (s *Server) e2bSeconds(w http.ResponseWriter, r *http.Request, field string, def, max int64) (time.Duration, bool) {
+func (s *API) seconds(w http.ResponseWriter, r *http.Request, field string, def, max int64) (time.Duration, bool) {
 	var body map[string]json.RawMessage
-	if !s.e2bDecode(w, r, &body) {
+	if !s.decode(w, r, &body) {
 		return 0, false
 	}
 	n := def
 	if raw, ok := body[field]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &n); err != nil {
-			writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("%s must be a whole number of seconds", field))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s must be a whole number of seconds", field))
 			return 0, false
 		}
 	} else if def < 0 {
-		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("%s is required: give a number of seconds", field))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s is required: give a number of seconds", field))
 		return 0, false
 	}
 	if n < 0 {
 		n = 0
 	}
 	if n > max {
-		writeE2BError(w, http.StatusBadRequest, fmt.Sprintf("%s: %d seconds is over the limit of %d", field, n, max))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: %d seconds is over the limit of %d", field, n, max))
 		return 0, false
 	}
 	return time.Duration(n) * time.Second, true
 }
 
-// e2bSetTimeout serves POST /sandboxes/{id}/timeout: the sandbox ends
+// setTimeout serves POST /sandboxes/{id}/timeout: the sandbox ends
 // timeout seconds from now, sooner or later than it would have.
-func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
-	ttl, ok := s.e2bSeconds(w, r, "timeout", -1, int64(s.cfg.MaxTTL/time.Second))
+func (s *API) setTimeout(w http.ResponseWriter, r *http.Request, c *caller) {
+	ttl, ok := s.seconds(w, r, "timeout", -1, int64(s.fleet.MaxTTL()/time.Second))
 	if !ok {
 		return
 	}
-	s.e2bExtend(w, r, c, ttl, true)
+	s.extend(w, r, c, ttl, true)
 }
 
-// e2bRefresh serves POST /sandboxes/{id}/refreshes: the sandbox lives at
+// refresh serves POST /sandboxes/{id}/refreshes: the sandbox lives at
 // least duration seconds (default 15, at most an hour) more.
-func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request, c *caller) {
-	ttl, ok := s.e2bSeconds(w, r, "duration", 15, 3600)
+func (s *API) refresh(w http.ResponseWriter, r *http.Request, c *caller) {
+	ttl, ok := s.seconds(w, r, "duration", 15, 3600)
 	if !ok {
 		return
 	}
-	s.e2bExtend(w, r, c, ttl, false)
+	s.extend(w, r, c, ttl, false)
 }
 
-func (s *Server) e2bExtend(w http.ResponseWriter, r *http.Request, c *caller, ttl time.Duration, shorter bool) {
-	rec, ok := s.e2bRecord(w, r, c)
+func (s *API) extend(w http.ResponseWriter, r *http.Request, c *caller, ttl time.Duration, shorter bool) {
+	rec, ok := s.record(w, r, c)
 	if !ok {
 		return
 	}
 	if rec.State != store.StateRunning {
-		writeE2BError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused; resume it with Sandbox.connect first", rec.ID))
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused; resume it with Sandbox.connect first", rec.ID))
 		return
 	}
-	t := s.cfg.Now().Add(ttl)
-	if shorter || t.After(rec.Deadline) {
-		if err := s.setDeadline(context.WithoutCancel(r.Context()), &rec, t); err != nil {
-			s.e2bFail(w, r, err)
-			return
-		}
+	if _, err := s.fleet.Extend(context.WithoutCancel(r.Context()), c.team, rec.ID, ttl, shorter); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// e2bPause serves POST /sandboxes/{id}/pause: Cove stops the sandbox,
+// pause serves POST /sandboxes/{id}/pause: Cove stops the sandbox,
 // keeping its disk (not its memory: running processes end). A paused
 // sandbox has no timeout, as in E2B; it is kept for the server's
 // retention.
-func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 	var body struct{}
-	if !s.e2bDecode(w, r, &body) {
+	if !s.decode(w, r, &body) {
 		return
 	}
-	rec, ok := s.e2bRecord(w, r, c)
+	rec, ok := s.record(w, r, c)
 	if !ok {
 		return
 	}
 	if rec.State != store.StateRunning {
-		writeE2BError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
 		return
 	}
-	rec.Deadline = time.Time{} // written with the stop
-	if err := s.stop(context.WithoutCancel(r.Context()), &rec); err != nil {
-		s.e2bFail(w, r, err)
+	if _, err := s.fleet.Pause(context.WithoutCancel(r.Context()), c.team, rec.ID); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// e2bConnect serves POST /sandboxes/{id}/connect and its v2: a running
+// connect serves POST /sandboxes/{id}/connect and its v2: a running
 // sandbox's timeout is extended (never shortened) to timeout seconds from
 // now, 200; a paused one is resumed with that timeout, 201.
-func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) connect(w http.ResponseWriter, r *http.Request, c *caller) {
 	def := int64(-1) // v1 requires the timeout
 	if strings.HasPrefix(r.URL.Path, "/v2/") {
 		def = 300
 	}
-	ttl, ok := s.e2bSeconds(w, r, "timeout", def, int64(s.cfg.MaxTTL/time.Second))
+	ttl, ok := s.seconds(w, r, "timeout", def, int64(s.fleet.MaxTTL()/time.Second))
 	if !ok {
 		return
 	}
-	rec, ok := s.e2bRecord(w, r, c)
+	rec, ok := s.record(w, r, c)
 	if !ok {
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
-	status := http.StatusOK
-	if rec.State == store.StateRunning {
-		if t := s.cfg.Now().Add(ttl); t.After(rec.Deadline) {
-			if err := s.setDeadline(ctx, &rec, t); err != nil {
-				s.e2bFail(w, r, err)
-				return
-			}
-		}
-	} else {
-		if err := s.resumeFor(ctx, c.team, &rec, ttl); err != nil {
-			s.e2bFail(w, r, err)
-			return
-		}
-		status = http.StatusCreated
-	}
-	envd, traffic, err := s.e2bTokens(ctx, &rec)
+	rec, resumed, err := s.fleet.Keep(ctx, c.team, rec.ID, ttl)
 	if err != nil {
-		s.e2bFail(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, status, s.e2bSandboxView(rec, envd, traffic))
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	envd, traffic, err := s.tokens(ctx, &rec)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	web.WriteJSON(w, status, s.sandboxView(rec, envd, traffic))
 }
 
-// e2bMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a
+// sandboxMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a
 // sandbox's use yet, so the list is empty, as E2B's is before its first
 // sample.
-func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
-	if _, ok := s.e2bRecord(w, r, c); ok {
-		writeJSON(w, http.StatusOK, []any{})
+func (s *API) sandboxMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
+	if _, ok := s.record(w, r, c); ok {
+		web.WriteJSON(w, http.StatusOK, []any{})
 	}
 }
 
-// e2bListQuery is what GET /v2/sandboxes filters by.
-type e2bListQuery struct {
+// listQuery is what GET /v2/sandboxes filters by.
+type listQuery struct {
 	filter       store.SandboxFilter
 	template     string
 	startedAfter time.Time
 	desc         bool
 }
 
-// parseE2BList reads the list's query; a message says what is wrong.
-func parseE2BList(q url.Values, team string) (e2bListQuery, string) {
-	lq := e2bListQuery{filter: store.SandboxFilter{TeamID: team, After: q.Get("nextToken"), Limit: 100}, template: q.Get("template"), desc: true}
+// parseList reads the list's query; a message says what is wrong.
+func parseList(q url.Values, team string) (listQuery, string) {
+	lq := listQuery{filter: store.SandboxFilter{TeamID: team, After: q.Get("nextToken"), Limit: 100}, template: q.Get("template"), desc: true}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
@@ -393,32 +377,32 @@ func parseE2BList(q url.Values, team string) (e2bListQuery, string) {
 
 // keep reports whether a listed record passes the filters the store does
 // not apply.
-func (s *Server) keep(lq e2bListQuery, rec store.Sandbox) bool {
-	return !s.e2bGone(rec) && (lq.template == "" || lq.template == e2bTemplate(rec)) &&
+func (s *API) keep(lq listQuery, rec store.Sandbox) bool {
+	return !s.gone(rec) && (lq.template == "" || lq.template == templateOf(rec)) &&
 		(lq.startedAfter.IsZero() || !rec.StartedAt.Before(lq.startedAfter))
 }
 
-// e2bList serves GET /v2/sandboxes: a page of the team's sandboxes,
+// list serves GET /v2/sandboxes: a page of the team's sandboxes,
 // running and paused, the next page's token in X-Next-Token. Pages follow
 // creation; order sorts a page by start time.
-func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
-	lq, msg := parseE2BList(r.URL.Query(), c.team)
+func (s *API) list(w http.ResponseWriter, r *http.Request, c *caller) {
+	lq, msg := parseList(r.URL.Query(), c.team)
 	if msg != "" {
-		writeE2BError(w, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	recs, next, err := s.cfg.Store.ListSandboxes(r.Context(), lq.filter)
+	recs, next, err := s.fleet.List(r.Context(), c.team, lq.filter)
 	if err != nil {
-		s.e2bFail(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
-	out := make([]e2bListed, 0, len(recs))
+	out := make([]Listed, 0, len(recs))
 	for _, rec := range recs {
 		if s.keep(lq, rec) {
-			out = append(out, s.e2bListedView(rec))
+			out = append(out, s.listedView(rec))
 		}
 	}
-	slices.SortStableFunc(out, func(a, b e2bListed) int {
+	slices.SortStableFunc(out, func(a, b Listed) int {
 		if lq.desc {
 			return b.StartedAt.Compare(a.StartedAt)
 		}
@@ -427,29 +411,29 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request, c *caller) {
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 }
 
-// e2bListV1 serves the deprecated GET /sandboxes: every running sandbox
+// listV1 serves the deprecated GET /sandboxes: every running sandbox
 // of the team, filtered by metadata.
-func (s *Server) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
+func (s *API) listV1(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := url.Values{"metadata": r.URL.Query()["metadata"], "state": {"running"}}
-	lq, msg := parseE2BList(q, c.team)
+	lq, msg := parseList(q, c.team)
 	if msg != "" {
-		writeE2BError(w, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	out := []e2bListed{}
+	out := []Listed{}
 	lq.filter.Limit = 1000
 	for {
-		recs, next, err := s.cfg.Store.ListSandboxes(r.Context(), lq.filter)
+		recs, next, err := s.fleet.List(r.Context(), c.team, lq.filter)
 		if err != nil {
-			s.e2bFail(w, r, err)
+			s.fail(w, r, err)
 			return
 		}
 		for _, rec := range recs {
 			if s.keep(lq, rec) {
-				out = append(out, s.e2bListedView(rec))
+				out = append(out, s.listedView(rec))
 			}
 		}
 		if next == "" {
@@ -457,5 +441,5 @@ func (s *Server) e2bListV1(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		lq.filter.After = next
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 }

@@ -1,4 +1,4 @@
-package server
+package e2b
 
 import (
 	"crypto/sha256"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/proxy"
+	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -33,7 +35,7 @@ import (
 //     with no expose step, as E2B's are, and with its traffic access
 //     token (e2b-traffic-access-token) when it was made with
 //     network.allowPublicTraffic false. Ports of sandboxes made through
-//     /v1 keep Cove's rules (ports.go).
+//     /v1 keep Cove's rules (server/internal/proxy).
 //
 // Errors are E2B's proxy's: a sandbox that is unknown, gone or paused is
 // a 502 (the SDK raises TimeoutError, as against E2B), a wrong token a
@@ -41,103 +43,103 @@ import (
 // error body, so the SDK's Connect client reads the code.
 
 const (
-	e2bSandboxIDHeader    = "E2b-Sandbox-Id"
-	e2bSandboxPortHeader  = "E2b-Sandbox-Port"
-	e2bTrafficTokenHeader = "E2b-Traffic-Access-Token"
-	// e2bMetadataHeaderPrefix starts the headers of file metadata, which
+	SandboxIDHeader    = "E2b-Sandbox-Id"
+	SandboxPortHeader  = "E2b-Sandbox-Port"
+	trafficTokenHeader = web.E2BTrafficTokenHeader
+	// metadataHeaderPrefix starts the headers of file metadata, which
 	// Cove's daemon does not keep.
-	e2bMetadataHeaderPrefix = "X-Metadata-"
+	metadataHeaderPrefix = "X-Metadata-"
 )
 
-// serveE2BByHeader serves a request that names its sandbox in the
+// ServeByHeader serves a request that names its sandbox in the
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers; false when it names none.
-func (s *Server) serveE2BByHeader(w http.ResponseWriter, r *http.Request) bool {
-	id, p := r.Header.Get(e2bSandboxIDHeader), r.Header.Get(e2bSandboxPortHeader)
+func (s *API) ServeByHeader(w http.ResponseWriter, r *http.Request) bool {
+	id, p := r.Header.Get(SandboxIDHeader), r.Header.Get(SandboxPortHeader)
 	if id == "" && p == "" {
 		return false
 	}
-	r.Pattern = e2bSandboxIDHeader // a bounded route label for metrics
-	// Served on the UI's host, as /p/ is: sandboxed (ports.go). A
+	r.Pattern = SandboxIDHeader // a bounded route label for metrics
+	// Served on the UI's host, as /p/ is: sandboxed (proxy.OnUIOrigin). A
 	// browser cannot navigate with these headers, but a page's fetch
 	// could be made to.
-	r = onUIOrigin(w, r, "")
+	r = proxy.OnUIOrigin(w, r, "")
 	if id == "" || p == "" {
-		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, "missing header: send both E2b-Sandbox-Id and E2b-Sandbox-Port")
+		writeProxyError(w, r, http.StatusBadRequest, id, 0, "missing header: send both E2b-Sandbox-Id and E2b-Sandbox-Port")
 		return true
 	}
-	port, err := portNumber(p)
+	port, err := proxy.PortNumber(p)
 	if err != nil {
-		writeE2BProxyError(w, r, http.StatusBadRequest, id, 0, fmt.Sprintf("E2b-Sandbox-Port %q: give a TCP port number, 1 to 65535", p))
+		writeProxyError(w, r, http.StatusBadRequest, id, 0, fmt.Sprintf("E2b-Sandbox-Port %q: give a TCP port number, 1 to 65535", p))
 		return true
 	}
-	s.serveE2BTraffic(w, r, id, port)
+	s.serveTraffic(w, r, id, port)
 	return true
 }
 
-// serveE2BByHost serves {port}-{id}.{domain} when E2B's rules apply to
+// ServeByHost serves {port}-{id}.{domain} when E2B's rules apply to
 // it: envd's port always, other ports of sandboxes made through the E2B
 // API. false leaves the request to Cove's exposed ports.
-func (s *Server) serveE2BByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
-	if port != e2bEnvdPort {
-		rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
-		if err != nil || rec.Spec.Labels[e2bLabel] == "" {
+func (s *API) ServeByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
+	if port != envdPort {
+		rec, err := s.fleet.Find(r.Context(), id)
+		if err != nil || rec.Spec.Labels[madeLabel] == "" {
 			return false
 		}
 	}
-	s.serveE2BTraffic(w, r, id, port)
+	s.serveTraffic(w, r, id, port)
 	return true
 }
 
-func (s *Server) serveE2BTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
-	rec, err := s.cfg.Store.GetSandbox(r.Context(), "", id)
+func (s *API) serveTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
+	rec, err := s.fleet.Find(r.Context(), id)
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		status, _, msg := s.failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
-		writeE2BProxyError(w, r, status, id, port, msg)
+		status, _, msg := s.cfg.Errs.Failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
+		writeProxyError(w, r, status, id, port, msg)
 		return
 	}
-	if err != nil || s.e2bGone(rec) {
-		writeE2BProxyError(w, r, http.StatusBadGateway, id, port, fmt.Sprintf("The sandbox %s was not found: it was killed, its timeout passed, or the id is wrong", id))
+	if err != nil || s.gone(rec) {
+		writeProxyError(w, r, http.StatusBadGateway, id, port, fmt.Sprintf("The sandbox %s was not found: it was killed, its timeout passed, or the id is wrong", id))
 		return
 	}
 	switch {
-	case port == e2bEnvdPort:
+	case port == envdPort:
 		s.serveEnvd(w, r, rec)
-	case rec.Spec.Labels[e2bLabel] == "":
+	case rec.Spec.Labels[madeLabel] == "":
 		// A /v1 sandbox reached by header: Cove's exposed ports.
-		s.proxyPort(w, r, id, port, "", "/")
+		s.proxy.Port(w, r, id, port, "", "/")
 	default:
-		s.serveE2BPort(w, r, rec, port)
+		s.servePort(w, r, rec, port)
 	}
 }
 
 // paused answers a request to a paused sandbox.
 func pausedError(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
-	writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port,
+	writeProxyError(w, r, http.StatusBadGateway, rec.ID, port,
 		fmt.Sprintf("The sandbox %s is paused; resume it with Sandbox.connect", rec.ID))
 }
 
 // serveEnvd checks a request's right to a sandbox's envd and passes it
 // to the sandbox's daemon.
-func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbox) {
+func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbox) {
 	if rec.State != store.StateRunning {
-		pausedError(w, r, rec, e2bEnvdPort)
+		pausedError(w, r, rec, envdPort)
 		return
 	}
-	token := rec.Spec.Labels[e2bEnvdTokenLabel]
+	token := rec.Spec.Labels[envdTokenLabel]
 	path := r.URL.Path
 	switch {
 	case r.Method == http.MethodGet && path == "/health":
 	case path == "/init":
-		writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, e2bEnvdPort,
+		writeProxyError(w, r, http.StatusForbidden, rec.ID, envdPort,
 			"/init is the control plane's, not reachable from outside; give environment variables as envs to Sandbox.create or to each command")
 		return
 	case token == "":
-		writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort,
+		writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort,
 			"this sandbox has no envd access token yet: get one with Sandbox.connect (or GET /sandboxes/{id})")
 		return
 	case path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost):
 		if msg := filesAuth(r, token); msg != "" {
-			writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort, msg)
+			writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort, msg)
 			return
 		}
 	case !guest.HasAccessToken(r.Header, token):
@@ -145,48 +147,48 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.San
 		if r.Header.Get(guest.AccessTokenHeader) != "" {
 			msg = "unauthorized access: wrong envd access token in the X-Access-Token header"
 		}
-		writeE2BProxyError(w, r, http.StatusUnauthorized, rec.ID, e2bEnvdPort, msg)
+		writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort, msg)
 		return
 	}
 	if r.Method == http.MethodPost && path == "/files" {
 		for h := range r.Header {
-			if strings.HasPrefix(http.CanonicalHeaderKey(h), e2bMetadataHeaderPrefix) {
-				writeE2BProxyError(w, r, http.StatusBadRequest, rec.ID, e2bEnvdPort,
+			if strings.HasPrefix(http.CanonicalHeaderKey(h), metadataHeaderPrefix) {
+				writeProxyError(w, r, http.StatusBadRequest, rec.ID, envdPort,
 					"file metadata (X-Metadata-* headers) is not supported by Cove's sandboxes; write the file without metadata")
 				return
 			}
 		}
 	}
-	sess, err := s.runtimeSession(r.Context(), rec)
+	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {
-		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
-		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, e2bEnvdPort, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
+		s.log.Warn("getting a sandbox's session", "request_id", web.RequestID(r), "sandbox", rec.ID, "err", err)
+		writeProxyError(w, r, http.StatusBadGateway, rec.ID, envdPort, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
 		return
 	}
-	network, address, daemonToken, ok := daemonEndpoint(sess)
+	network, address, daemonToken, ok := proxy.DaemonEndpoint(sess)
 	if !ok {
-		writeE2BProxyError(w, r, http.StatusNotImplemented, rec.ID, e2bEnvdPort,
+		writeProxyError(w, r, http.StatusNotImplemented, rec.ID, envdPort,
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot serve envd")
 		return
 	}
-	end := s.begin(rec.ID) // activity while the request lasts
+	end := s.fleet.Begin(rec.ID) // activity while the request lasts
 	defer end()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
 	id := rec.ID
-	rp := s.daemonProxy(id, network, address, daemonToken, func(out, _ *http.Request) {
-		out.Header.Del(e2bSandboxIDHeader)
-		out.Header.Del(e2bSandboxPortHeader)
-		out.Header.Del(e2bTrafficTokenHeader)
+	rp := s.proxy.Daemon(id, network, address, daemonToken, func(out, _ *http.Request) {
+		out.Header.Del(SandboxIDHeader)
+		out.Header.Del(SandboxPortHeader)
+		out.Header.Del(trafficTokenHeader)
 	}, func(w http.ResponseWriter, r *http.Request, err error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeE2BProxyError(w, r, http.StatusRequestEntityTooLarge, id, e2bEnvdPort, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
+			writeProxyError(w, r, http.StatusRequestEntityTooLarge, id, envdPort, fmt.Sprintf("the request body is over %d bytes", mbe.Limit))
 			return
 		}
-		writeE2BProxyError(w, r, http.StatusBadGateway, id, e2bEnvdPort,
-			fmt.Sprintf("The sandbox %s did not answer: it may have stopped (its timeout) (request id %s)", id, requestID(r)))
+		writeProxyError(w, r, http.StatusBadGateway, id, envdPort,
+			fmt.Sprintf("The sandbox %s did not answer: it may have stopped (its timeout) (request id %s)", id, web.RequestID(r)))
 	})
 	if r.Method == http.MethodGet && path == "/files" {
 		// A download has no length when gzipped, so the proxy flushes
@@ -262,16 +264,16 @@ func filesAuth(r *http.Request, token string) string {
 	return ""
 }
 
-// serveE2BPort proxies to a port of a sandbox made through the E2B API.
-func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
-	if want := rec.Spec.Labels[e2bTrafficTokenLabel]; want != "" {
-		got := r.Header.Get(e2bTrafficTokenHeader)
+// servePort proxies to a port of a sandbox made through the E2B API.
+func (s *API) servePort(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) {
+	if want := rec.Spec.Labels[trafficTokenLabel]; want != "" {
+		got := r.Header.Get(trafficTokenHeader)
 		switch {
 		case got == "":
-			writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing")
+			writeProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing")
 			return
 		case !guest.TokenEqual(got, want):
-			writeE2BProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid")
+			writeProxyError(w, r, http.StatusForbidden, rec.ID, port, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid")
 			return
 		}
 	}
@@ -279,40 +281,40 @@ func (s *Server) serveE2BPort(w http.ResponseWriter, r *http.Request, rec store.
 		pausedError(w, r, rec, port)
 		return
 	}
-	sess, err := s.runtimeSession(r.Context(), rec)
+	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {
-		s.log.Warn("getting a sandbox's session", "request_id", requestID(r), "sandbox", rec.ID, "err", err)
-		writeE2BProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
+		s.log.Warn("getting a sandbox's session", "request_id", web.RequestID(r), "sandbox", rec.ID, "err", err)
+		writeProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
 		return
 	}
-	s.forwardPort(w, r, rec, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
+	s.proxy.Forward(w, r, rec, sess, port, "", func(w http.ResponseWriter, r *http.Request, status int, _, msg string) {
 		if status == http.StatusBadGateway && strings.HasPrefix(msg, "nothing is listening") {
 			msg = "The sandbox is running but port is not open: " + msg
 		}
-		writeE2BProxyError(w, r, status, rec.ID, port, msg)
+		writeProxyError(w, r, status, rec.ID, port, msg)
 	})
 }
 
-// e2bProxyBody is the error body of E2B's sandbox proxy.
-type e2bProxyBody struct {
+// proxyBody is the error body of E2B's sandbox proxy.
+type proxyBody struct {
 	SandboxID string `json:"sandboxId,omitempty"`
 	Message   string `json:"message"`
 	Port      int    `json:"port,omitempty"`
 	Code      int    `json:"code"`
 }
 
-// writeE2BProxyError answers a request for a sandbox's traffic with an
+// writeProxyError answers a request for a sandbox's traffic with an
 // error: in Connect's error body for Connect RPC paths (the SDK's
 // Connect client reads its code), in E2B's proxy's otherwise.
-func writeE2BProxyError(w http.ResponseWriter, r *http.Request, status int, id string, port int, msg string) {
+func writeProxyError(w http.ResponseWriter, r *http.Request, status int, id string, port int, msg string) {
 	if isConnectPath(r.URL.Path) {
-		writeJSON(w, status, struct {
+		web.WriteJSON(w, status, struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		}{connectCode(status), msg})
 		return
 	}
-	writeJSON(w, status, e2bProxyBody{SandboxID: id, Message: msg, Port: port, Code: status})
+	web.WriteJSON(w, status, proxyBody{SandboxID: id, Message: msg, Port: port, Code: status})
 }
 
 // isConnectPath reports whether a path is a Connect RPC of envd's

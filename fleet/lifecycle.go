@@ -1,40 +1,38 @@
-package server
+package fleet
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 
-// lifecycleInterval is how often the lifecycle loop runs: the TTL, idle
-// timeout and retention act at most this late. Tests shorten it.
-var lifecycleInterval = 5 * time.Second
-
 // lifecycleLoop enforces the lifecycle policies and meters use, once at
-// start and then every lifecycleInterval, until the server closes. At
+// start and then every Config.LifecycleInterval, until the server closes. At
 // the end it records the usage up to then, so a restarted server goes on
 // from there.
 //
-// One server runs the loop over a store. Several replicas over one
-// PostgreSQL store would each stop, delete and meter the same sandboxes;
-// they need a leader election first.
-func (s *Server) lifecycleLoop() {
+// One process runs the loop over a store (see the package doc): several
+// replicas over one PostgreSQL store would each stop, delete and meter
+// the same sandboxes; until the store has a lease to elect one, the
+// others are built with Config.NoLifecycle.
+func (f *Fleet) lifecycleLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-s.done
+		<-f.done
 		cancel()
 	}()
-	lc := &lifecycle{s: s, meter: newMeter(s)}
-	t := time.NewTicker(lifecycleInterval)
+	lc := &lifecycle{f: f, meter: newMeter(f)}
+	t := time.NewTicker(f.cfg.LifecycleInterval)
 	defer t.Stop()
 	for {
 		lc.tick(ctx)
 		select {
-		case <-s.done:
+		case <-f.done:
 			fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			lc.flush(fctx)
 			fcancel()
@@ -46,7 +44,7 @@ func (s *Server) lifecycleLoop() {
 
 // lifecycle is the loop's state; only the loop's goroutine uses it.
 type lifecycle struct {
-	s     *Server
+	f     *Fleet
 	meter *meter
 }
 
@@ -57,17 +55,17 @@ type lifecycle struct {
 // as their OnExpire says; (e) stopped sandboxes kept longer than the
 // retention are deleted. A failure is logged and retried next tick.
 func (lc *lifecycle) tick(ctx context.Context) {
-	s := lc.s
+	f := lc.f
 	// Activity recorded in memory goes to the store first, so the idle
 	// policy sees it.
-	s.flushTouches()
+	f.flushTouches()
 	// Read before the records: a sandbox deleted after this is billed
 	// up to it at most, never for time after its deletion.
-	now := s.cfg.Now()
+	now := f.cfg.Now()
 	recs, live, err := lc.snapshot(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Error("lifecycle: listing sandboxes", "err", err)
+			f.log.Error("lifecycle: listing sandboxes", "err", err)
 		}
 		return
 	}
@@ -97,14 +95,14 @@ func (lc *lifecycle) tick(ctx context.Context) {
 // sandbox resumed in the runtime but not yet recorded running would look
 // stopped by the runtime otherwise.
 func (lc *lifecycle) snapshot(ctx context.Context) ([]store.Sandbox, map[string]sandbox.Info, error) {
-	s := lc.s
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-	recs, err := s.allSandboxes(ctx, "")
+	f := lc.f
+	f.createMu.Lock()
+	defer f.createMu.Unlock()
+	recs, err := f.allSandboxes(ctx, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	infos, err := s.cfg.Runtime.List(ctx)
+	infos, err := f.cfg.Runtime.List(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -115,42 +113,27 @@ func (lc *lifecycle) snapshot(ctx context.Context) ([]store.Sandbox, map[string]
 	return recs, live, nil
 }
 
-// allSandboxes lists every sandbox of a team ("" for all teams).
-func (s *Server) allSandboxes(ctx context.Context, team string) ([]store.Sandbox, error) {
-	var all []store.Sandbox
-	cursor := ""
-	for {
-		page, next, err := s.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{TeamID: team, After: cursor, Limit: 1000})
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, page...)
-		if next == "" {
-			return all, nil
-		}
-		cursor = next
-	}
-}
-
 // syncStopped records a sandbox stopped that the runtime stopped. The
 // record is read again first: the API may have stopped or deleted it
 // since the snapshot.
 func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox) {
-	s := lc.s
-	s.createMu.Lock() // against a delete between the read and the write
-	defer s.createMu.Unlock()
-	fresh, err := s.cfg.Store.GetSandbox(ctx, "", rec.ID)
-	if err != nil || fresh.State != store.StateRunning {
+	f := lc.f
+	f.createMu.Lock() // against a delete between the read and the write
+	defer f.createMu.Unlock()
+	fresh, err := f.cfg.Store.GetSandbox(ctx, "", rec.ID)
+	// A new start since the snapshot (another replica's resume, which
+	// createMu does not hold off) is not what the runtime said stopped.
+	if err != nil || fresh.State != store.StateRunning || !fresh.StartedAt.Equal(rec.StartedAt) {
 		return
 	}
-	s.forgetSession(rec.ID)
+	f.forgetSession(rec.ID)
 	// The runtime does not say when; now is at most one tick late.
-	fresh.State, fresh.StoppedAt = store.StateStopped, s.cfg.Now()
-	if err := s.cfg.Store.PutSandbox(ctx, fresh); err != nil {
-		s.log.Error("lifecycle: recording a sandbox the runtime stopped", "sandbox", rec.ID, "err", err)
+	fresh.State, fresh.StoppedAt = store.StateStopped, f.cfg.Now()
+	if err := f.cfg.Store.PutSandbox(ctx, fresh); err != nil {
+		f.log.Error("lifecycle: recording a sandbox the runtime stopped", "sandbox", rec.ID, "err", err)
 		return
 	}
-	s.log.Info("the runtime stopped a sandbox (its TTL, or its supervisor died)", "sandbox", rec.ID)
+	f.log.Info("the runtime stopped a sandbox (its TTL, or its supervisor died)", "sandbox", rec.ID)
 	*rec = fresh
 }
 
@@ -179,14 +162,14 @@ func (lc *lifecycle) idle(ctx context.Context, rec store.Sandbox, now time.Time)
 	if rec.StartedAt.After(last) {
 		last = rec.StartedAt
 	}
-	if t := lc.s.lastActivity(rec.ID); t.After(last) {
+	if t := lc.f.LastActivity(rec.ID); t.After(last) {
 		last = t // activity not yet in the store
 	}
-	if now.Sub(last) < rec.IdleTimeout || lc.s.busy(rec.ID) {
+	if now.Sub(last) < rec.IdleTimeout || lc.f.Busy(rec.ID) {
 		return false
 	}
 	// Asked last: it reaches into the sandbox. Unsure means busy.
-	sess, err := lc.s.runtimeSession(ctx, rec)
+	sess, err := lc.f.LiveSession(ctx, rec)
 	if err != nil {
 		return false
 	}
@@ -196,7 +179,7 @@ func (lc *lifecycle) idle(ctx context.Context, rec store.Sandbox, now time.Time)
 
 // retired: a stopped sandbox kept longer than the retention.
 func (lc *lifecycle) retired(_ context.Context, rec store.Sandbox, now time.Time) bool {
-	r := lc.s.cfg.Retention
+	r := lc.f.cfg.Retention
 	return rec.State == store.StateStopped && r > 0 && !rec.StoppedAt.IsZero() && now.Sub(rec.StoppedAt) >= r
 }
 
@@ -207,39 +190,89 @@ func (lc *lifecycle) retired(_ context.Context, rec store.Sandbox, now time.Time
 // says (a stopped one is only ever deleted). Deleting meters it up to
 // now first: its record goes.
 func (lc *lifecycle) act(ctx context.Context, id, why string, applies policy) {
-	s := lc.s
-	rec, err := s.cfg.Store.GetSandbox(ctx, "", id)
+	f := lc.f
+	rec, err := f.cfg.Store.GetSandbox(ctx, "", id)
 	if err != nil {
 		return
 	}
-	now := s.cfg.Now()
+	now := f.cfg.Now()
 	if !applies(ctx, rec, now) {
 		return
 	}
 	if rec.State == store.StateStopped || rec.OnExpire == store.ExpireDelete {
 		lc.meter.record(ctx, rec, now, true)
-		if err := s.remove(ctx, id); err != nil {
-			s.log.Error("lifecycle: deleting sandbox", "sandbox", id, "why", why, "err", err)
+		if err := f.remove(ctx, id); err != nil {
+			f.log.Error("lifecycle: deleting sandbox", "sandbox", id, "why", why, "err", err)
 			return
 		}
 		lc.meter.forget(id)
-		s.log.Info("deleted sandbox", "sandbox", id, "why", why)
+		f.log.Info("deleted sandbox", "sandbox", id, "why", why)
 		return
 	}
-	if err := s.stop(ctx, &rec); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		s.log.Error("lifecycle: stopping sandbox", "sandbox", id, "why", why, "err", err)
+	if err := f.stop(ctx, &rec, false); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		f.log.Error("lifecycle: stopping sandbox", "sandbox", id, "why", why, "err", err)
 		return
 	}
-	s.log.Info("stopped sandbox", "sandbox", id, "why", why)
+	f.log.Info("stopped sandbox", "sandbox", id, "why", why)
 }
 
 // flush records every sandbox's use up to now (at shutdown).
 func (lc *lifecycle) flush(ctx context.Context) {
-	now := lc.s.cfg.Now()
-	recs, err := lc.s.allSandboxes(ctx, "")
+	now := lc.f.cfg.Now()
+	recs, err := lc.f.allSandboxes(ctx, "")
 	if err != nil {
-		lc.s.log.Error("lifecycle: metering at shutdown", "err", err)
+		lc.f.log.Error("lifecycle: metering at shutdown", "err", err)
 		return
 	}
 	lc.meter.run(ctx, recs, now, true)
+}
+
+// Reconcile makes the store and the runtime agree after a (re)start:
+// sandboxes whose supervisor died or whose TTL stopped them while the
+// server was down are recorded stopped, records of sandboxes the runtime
+// no longer has are dropped, and sandboxes the runtime has with a team
+// label but no record (a create cut short by a crash) are deleted. Like
+// the lifecycle loop, it is for the one process per store that runs it:
+// with Config.NoLifecycle it does nothing.
+func (f *Fleet) Reconcile(ctx context.Context) error {
+	if f.cfg.NoLifecycle {
+		return nil
+	}
+	infos, err := f.cfg.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the runtime's sandboxes: %w", err)
+	}
+	live := map[string]sandbox.Info{}
+	for _, in := range infos {
+		live[in.ID] = in
+	}
+	recs, err := f.allSandboxes(ctx, "")
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		seen[rec.ID] = true
+		in, ok := live[rec.ID]
+		switch {
+		case !ok:
+			f.log.Warn("sandbox gone from the runtime; dropping its record", "sandbox", rec.ID)
+			f.cfg.Store.DeleteSandbox(ctx, rec.ID)
+		case in.State == sandbox.StateStopped && rec.State == store.StateRunning:
+			rec.State, rec.StoppedAt = store.StateStopped, f.cfg.Now()
+			f.cfg.Store.PutSandbox(ctx, rec)
+		case in.State == sandbox.StateRunning && rec.State == store.StateStopped:
+			rec.State, rec.StoppedAt = store.StateRunning, time.Time{}
+			f.cfg.Store.PutSandbox(ctx, rec)
+		}
+	}
+	for id, in := range live {
+		if !seen[id] && in.Spec.Labels[teamLabel] != "" {
+			f.log.Warn("deleting a sandbox created but never recorded (the server stopped mid-create)", "sandbox", id)
+			if err := f.cfg.Runtime.Delete(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+				f.log.Error("deleting orphan", "sandbox", id, "err", err)
+			}
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"net/http"
@@ -22,9 +22,9 @@ var hostMarkers = []string{
 	"level=DEBUG", "level=INFO", "level=WARN", "level=ERROR",
 }
 
-// hostDetail reports whether msg holds something of the host's.
-func (s *Server) hostDetail(msg string) bool {
-	if containsPath(msg, s.cfg.DataDir) {
+// HostDetail reports whether msg holds something of the host's.
+func (e *Errors) HostDetail(msg string) bool {
+	if containsPath(msg, e.DataDir) {
 		return true
 	}
 	for _, m := range hostMarkers {
@@ -47,14 +47,14 @@ func publicMessage(status int, code string) string {
 	return "the request failed on the server's side"
 }
 
-// tenantText is text for a tenant (a run's error): itself, or when it
+// TenantText is text for a tenant (a run's error): itself, or when it
 // holds host detail, a generic line with a reference the log keeps.
-func (s *Server) tenantText(text string) string {
-	if !s.hostDetail(text) {
+func (e *Errors) TenantText(text string) string {
+	if !e.HostDetail(text) {
 		return text
 	}
-	ref := newID("ref_")
-	s.log.Warn("a failure's detail kept from the tenant", "ref", ref, "err", text)
+	ref := NewID("ref_")
+	e.Log.Warn("a failure's detail kept from the tenant", "ref", ref, "err", text)
 	return "the run failed on the server's side; quote reference " + ref + " to the operator"
 }
 

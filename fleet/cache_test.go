@@ -1,4 +1,4 @@
-package server
+package fleet
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -44,24 +45,29 @@ func (s *slowStore) DeleteSandbox(ctx context.Context, id string) error {
 }
 
 // TestCacheReadRacingDelete: a read that fetched a record before it was
-// deleted, and returns after, must not leave it cached: the sandbox would
-// look alive to every later request.
+// deleted (here by a peer sharing the store), and returns after, must
+// not leave it cached: the sandbox would look alive to every later
+// request. (The fleet caches no record at all; this holds it to that.)
 func TestCacheReadRacingDelete(t *testing.T) {
 	slow := &slowStore{recs: map[string]store.Sandbox{"sb-1": {ID: "sb-1", State: store.StateRunning}},
 		read: make(chan struct{}), resume: make(chan struct{})}
-	c := newCachedStore(slow)
+	c, err := New(Config{Runtime: fake.New(), Store: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
 	read, resume := slow.read, slow.resume
 	done := make(chan error)
-	go func() { _, err := c.GetSandbox(context.Background(), "", "sb-1"); done <- err }()
+	go func() { _, err := c.Find(context.Background(), "sb-1"); done <- err }()
 	<-read // the record is read, not yet returned
-	if err := c.DeleteSandbox(context.Background(), "sb-1"); err != nil {
+	// The peer's delete: straight to the store.
+	if err := slow.DeleteSandbox(context.Background(), "sb-1"); err != nil {
 		t.Fatal(err)
 	}
 	close(resume)
 	if err := <-done; err != nil {
 		t.Fatalf("the racing read: %v", err)
 	}
-	if rec, err := c.GetSandbox(context.Background(), "", "sb-1"); !errors.Is(err, sandbox.ErrNotFound) {
+	if rec, err := c.Find(context.Background(), "sb-1"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("after the delete the cache still serves %+v (%v)", rec, err)
 	}
 }

@@ -1,0 +1,250 @@
+// Package fleet is the sandbox service under every front door of `cove
+// serve` (/v1, the E2B API, envd routing, the ports proxy, agent runs):
+// it owns the runtime and the sandbox records, and does create, stop,
+// resume, fork, delete and deadlines with quotas and tenancy, hands out
+// live sessions by team and id, records activity (touch, traffic, open
+// streams), runs the lifecycle loop (TTL, idle timeout, retention,
+// reconciling after a restart), keeps snapshots and exposed ports, and
+// meters use. It knows no HTTP: every method takes the caller's team and
+// returns the sandbox package's sentinel errors (ErrNotFound, ErrInvalid,
+// ErrState, ErrLimit, ErrUnavailable), wrapped with what failed.
+//
+// # Several replicas over one store
+//
+// The store is the truth, and Fleet keeps nothing a peer's write can
+// make stale: every call reads the record afresh from the store. What it
+// keeps in memory is safe with a second `cove serve` over the same store:
+//   - live sessions, by sandbox id and the record's StartedAt: one is
+//     used only after the record, read afresh, says the sandbox has run
+//     since that start (a peer's stop makes the record say stopped, a
+//     peer's resume gives it a new StartedAt);
+//   - activity not yet written (touched) and the latest seen (lastTouch),
+//     which only add to the store's LastActivity (TouchSandbox keeps the
+//     latest); sandboxes with a stream open here are touched at every
+//     flush, so a peer's lifecycle loop sees them in use;
+//   - bytes through this process per sandbox (traffic), which this
+//     process's lifecycle loop meters.
+//
+// Two things are serialised by createMu, a mutex of this process only:
+// a quota check with the create it admits, and each read-modify-write
+// of a record. Across replicas nothing serialises them yet (the store
+// has no conditional write): creates racing on two replicas may each
+// pass a team's quota once, and two writes racing on one record keep the
+// last.
+//
+// The lifecycle loop (Start) and Reconcile act for the whole store: they
+// meter every sandbox, stop and delete by policy, and delete a sandbox
+// the runtime has but the store does not (which, seen from another
+// replica, may be a create in flight). So they run in ONE process per
+// store: the others are built with Config.NoLifecycle, which turns both
+// off. The store has no lease to elect that process yet, so the operator
+// picks it; until it has one, bytes through the other replicas (CountIn,
+// CountOut) are not metered, as only the loop records them.
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/store"
+)
+
+// Config configures a Fleet. Zero values mean the defaults.
+type Config struct {
+	Runtime sandbox.Runtime
+	Store   store.Store
+	// DataDir holds what the store does not: snapshot tars.
+	DataDir string
+	Logger  *slog.Logger
+	// DefaultTTL applies when a create names none (30 min); MaxTTL caps
+	// any TTL (7 days).
+	DefaultTTL, MaxTTL time.Duration
+	// Retention deletes stopped sandboxes this long after they stopped
+	// (7 days); negative keeps them.
+	Retention time.Duration
+	// Prices turn usage into cost (Usage).
+	Prices Prices
+	// Now is the clock (tests move it).
+	Now func() time.Time
+	// Egress vets the git_repo entries of a create's manifest; nil
+	// refuses every non-public address (egress.New(nil, nil)).
+	Egress *egress.Policy
+	// MaxPids is the largest pids limit a create may ask for (8192);
+	// AllowUnlimitedPids lets a create ask for none (pids -1).
+	MaxPids            int
+	AllowUnlimitedPids bool
+	// NoLifecycle keeps Start from running the lifecycle loop and makes
+	// Reconcile do nothing, for a replica that shares its store with the
+	// one process that runs them (see the package doc).
+	NoLifecycle bool
+	// LifecycleInterval is how often the lifecycle loop runs (5 s): the
+	// TTL, idle timeout and retention act at most this late. Tests
+	// shorten it.
+	LifecycleInterval time.Duration
+}
+
+// DefaultMaxPids is Config.MaxPids unless the operator sets it.
+const DefaultMaxPids = 8192
+
+// Fleet is the sandbox service. Make it with New, call Reconcile and
+// Start, and Close at the end.
+type Fleet struct {
+	cfg Config
+	log *slog.Logger
+
+	// mu guards active (open streams and connections per sandbox),
+	// traffic (bytes in and out per sandbox since the last meter) and
+	// touched (activity not yet written to the store).
+	mu      sync.Mutex
+	active  map[string]int
+	traffic map[string]*traffic
+	touched map[string]time.Time
+	// lastTouch is the latest activity seen per sandbox (kept after the
+	// flush, so the lifecycle loop never misses one in flight).
+	lastTouch map[string]time.Time
+	// flushMu serialises flushTouches.
+	flushMu sync.Mutex
+
+	// sessMu guards sessions: the live session of each running sandbox,
+	// kept so requests reuse its daemon connections (a new session per
+	// request would dial the daemon each time).
+	sessMu   sync.Mutex
+	sessions map[string]cachedSession
+
+	// createMu serialises quota checks with the creates they admit, and
+	// read-modify-writes of records, in this process (package doc).
+	createMu sync.Mutex
+
+	done   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+type traffic struct{ in, out atomic.Int64 }
+
+// New returns a fleet; nothing runs in the background until Start.
+func New(cfg Config) (*Fleet, error) {
+	if cfg.Runtime == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("fleet: a runtime and a store are required: %w", sandbox.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = 30 * time.Minute
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = 7 * 24 * time.Hour
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	if cfg.Prices == (Prices{}) {
+		cfg.Prices = DefaultPrices
+	}
+	if cfg.LifecycleInterval == 0 {
+		cfg.LifecycleInterval = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxPids == 0 {
+		cfg.MaxPids = DefaultMaxPids
+	}
+	if cfg.MaxPids < api.MinPids {
+		return nil, fmt.Errorf("fleet: the largest pids limit %d is below the smallest a sandbox can run with, %d: %w", cfg.MaxPids, api.MinPids, sandbox.ErrInvalid)
+	}
+	if cfg.Egress == nil {
+		out, err := egress.New(nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Egress = out
+	}
+	return &Fleet{cfg: cfg, log: cfg.Logger, active: map[string]int{}, traffic: map[string]*traffic{},
+		touched: map[string]time.Time{}, lastTouch: map[string]time.Time{}, sessions: map[string]cachedSession{},
+		done: make(chan struct{})}, nil
+}
+
+// Now is the fleet's clock.
+func (f *Fleet) Now() time.Time { return f.cfg.Now() }
+
+// MaxTTL is the longest TTL a sandbox may be given.
+func (f *Fleet) MaxTTL() time.Duration { return f.cfg.MaxTTL }
+
+// Start runs the background loops: activity reaching the store every
+// touchInterval and, unless Config.NoLifecycle, the lifecycle loop.
+// Reconcile should have run first.
+func (f *Fleet) Start() {
+	if !f.cfg.NoLifecycle {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.lifecycleLoop()
+		}()
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		t := time.NewTicker(touchInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.done:
+				f.flushTouches()
+				return
+			case <-t.C:
+				f.flushTouches()
+			}
+		}
+	}()
+}
+
+// Close stops the background loops, recording activity and use up to
+// now. Sandboxes keep running: their supervisors outlive the server, and
+// a new one picks them up.
+func (f *Fleet) Close() error {
+	if f.closed.CompareAndSwap(false, true) {
+		close(f.done)
+	}
+	f.wg.Wait()
+	return nil
+}
+
+// allSandboxes lists every sandbox of a team ("" for all teams).
+func (f *Fleet) allSandboxes(ctx context.Context, team string) ([]store.Sandbox, error) {
+	var all []store.Sandbox
+	cursor := ""
+	for {
+		page, next, err := f.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{TeamID: team, After: cursor, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		cursor = next
+	}
+}
+
+// Counts is the number of sandboxes of every team by recorded state
+// (running, stopped).
+func (f *Fleet) Counts(ctx context.Context) (map[string]int, error) {
+	counts := map[string]int{store.StateRunning: 0, store.StateStopped: 0}
+	recs, err := f.allSandboxes(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("counting sandboxes: %w", err)
+	}
+	for _, rec := range recs {
+		counts[rec.State]++
+	}
+	return counts, nil
+}
