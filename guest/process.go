@@ -85,6 +85,12 @@ type processManager struct {
 // stream alone races with output already in flight.
 const StreamHeader = "X-Cove-Stream"
 
+// DetachedHeader, a Cove extension, makes a Start stream end after the
+// start event: no client takes the output, which waits in the daemon for
+// the first Connect (sandbox.Session.StartDetached). Cancelling the stream
+// after the start event would race with output already sent on it.
+const DetachedHeader = "X-Cove-Detached"
+
 type attachedStream struct {
 	log    *outLog
 	cursor *cursor
@@ -171,8 +177,14 @@ func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.Star
 	if deadline, ok := ctx.Deadline(); ok {
 		m.killAt(p, deadline)
 	}
+	start := &pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}
+	if req.Header().Get(DetachedHeader) != "" {
+		// No cursor: the output waits in the log, from its first byte,
+		// for the first Connect.
+		return stream.Send(start)
+	}
 	c := p.log.attach(true)
-	if err := stream.Send(&pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}); err != nil {
+	if err := stream.Send(start); err != nil {
 		p.log.detach(c)
 		return err
 	}
