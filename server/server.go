@@ -125,10 +125,7 @@ type Server struct {
 	createMu sync.Mutex
 
 	metrics *metrics
-	// procTable keeps the handles of background processes started
-	// through the API (io.go).
-	procTable *procTable
-	done      chan struct{}
+	done    chan struct{}
 	// closingCtx ends when Close begins (streams watch it).
 	closingCtx  context.Context
 	stopClosing context.CancelFunc
@@ -190,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Store = newCachedStore(cfg.Store)
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), active: map[string]int{},
 		traffic: map[string]*traffic{}, metrics: newMetrics(), done: make(chan struct{}), sessions: map[string]cachedSession{}, keys: map[string]cachedKey{}, touched: map[string]time.Time{}, lastTouch: map[string]time.Time{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}, runs: newRunHub(), egress: out}
+		runs: newRunHub(), egress: out}
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
