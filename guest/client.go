@@ -375,7 +375,7 @@ func wireError(err error) error {
 		if s := sentinelFor(ce.Code()); s != nil && !errors.Is(err, s) {
 			return fmt.Errorf("%s: %w", ce.Message(), s)
 		}
-		if ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isConnErr(err) {
+		if ce.Code() == connect.CodeUnknown && isConnErr(err) {
 			return fmt.Errorf("%s: %w", ce.Message(), sandbox.ErrUnavailable)
 		}
 		return err

@@ -14,6 +14,34 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
+// wireErrors is the one table between the sandbox contract's sentinel
+// errors and the daemon's two wire forms of an error: the Connect code of
+// an RPC's, and the HTTP status of envd's {"message","code"} body. The
+// daemon reads it one way (codeFor, httpStatus), the client the other
+// (sentinelFor, sentinelForStatus), so errors.Is works across the
+// daemon's API. The first row of a sentinel is the form the daemon sends;
+// the others are forms a client may meet (a proxy's 502, envd's 403). A
+// zero code or status is no form. Statuses are unique per sentinel, as
+// envd's body has no code of its own to tell two apart.
+var wireErrors = []struct {
+	err    error
+	code   connect.Code
+	status int
+}{
+	{sandbox.ErrInvalid, connect.CodeInvalidArgument, http.StatusBadRequest},
+	{sandbox.ErrNotFound, connect.CodeNotFound, http.StatusNotFound},
+	{sandbox.ErrExist, connect.CodeAlreadyExists, http.StatusConflict},
+	{sandbox.ErrPermission, connect.CodePermissionDenied, http.StatusUnauthorized},
+	{sandbox.ErrPermission, connect.CodeUnauthenticated, http.StatusForbidden},
+	{sandbox.ErrLimit, connect.CodeResourceExhausted, http.StatusInsufficientStorage},
+	{sandbox.ErrLimit, 0, http.StatusRequestEntityTooLarge},
+	{sandbox.ErrLimit, 0, http.StatusTooManyRequests},
+	{sandbox.ErrState, connect.CodeFailedPrecondition, http.StatusPreconditionFailed},
+	{sandbox.ErrUnavailable, connect.CodeUnavailable, http.StatusServiceUnavailable},
+	{sandbox.ErrUnavailable, 0, http.StatusBadGateway},
+	{sandbox.ErrUnavailable, 0, http.StatusGatewayTimeout},
+}
+
 // connectError turns an error into a Connect error with the code the
 // sandbox sentinel calls for, keeping the message.
 func connectError(err error) error {
@@ -27,61 +55,54 @@ func connectError(err error) error {
 	return connect.NewError(codeFor(err), err)
 }
 
+// codeFor is the Connect code of err's sentinel; CodeInternal for none.
 func codeFor(err error) connect.Code {
-	switch {
-	case errors.Is(err, sandbox.ErrInvalid):
-		return connect.CodeInvalidArgument
-	case errors.Is(err, sandbox.ErrNotFound):
-		return connect.CodeNotFound
-	case errors.Is(err, sandbox.ErrExist):
-		return connect.CodeAlreadyExists
-	case errors.Is(err, sandbox.ErrPermission):
-		return connect.CodePermissionDenied
-	case errors.Is(err, sandbox.ErrLimit):
-		return connect.CodeResourceExhausted
-	case errors.Is(err, sandbox.ErrState):
-		return connect.CodeFailedPrecondition
-	case errors.Is(err, sandbox.ErrUnavailable):
-		return connect.CodeUnavailable
+	for _, w := range wireErrors {
+		if errors.Is(err, w.err) {
+			return w.code
+		}
 	}
 	return connect.CodeInternal
 }
 
-// httpStatus is the envd HTTP status for an error.
+// httpStatus is the envd HTTP status of err's sentinel; 500 for none.
 func httpStatus(err error) int {
-	switch {
-	case errors.Is(err, sandbox.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, sandbox.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, sandbox.ErrExist):
-		return http.StatusConflict
-	case errors.Is(err, sandbox.ErrPermission):
-		return http.StatusUnauthorized
-	case errors.Is(err, sandbox.ErrLimit):
-		return http.StatusInsufficientStorage
+	for _, w := range wireErrors {
+		if errors.Is(err, w.err) {
+			return w.status
+		}
 	}
 	return http.StatusInternalServerError
 }
 
+// hasSentinel reports whether err wraps one of the sandbox sentinels.
+func hasSentinel(err error) bool {
+	for _, w := range wireErrors {
+		if errors.Is(err, w.err) {
+			return true
+		}
+	}
+	return false
+}
+
 // sentinelFor maps a Connect code from the wire back to the sandbox
-// sentinel, so errors.Is works on the client side.
+// sentinel, so errors.Is works on the client side; nil for none.
 func sentinelFor(code connect.Code) error {
-	switch code {
-	case connect.CodeInvalidArgument:
-		return sandbox.ErrInvalid
-	case connect.CodeNotFound:
-		return sandbox.ErrNotFound
-	case connect.CodeAlreadyExists:
-		return sandbox.ErrExist
-	case connect.CodePermissionDenied, connect.CodeUnauthenticated:
-		return sandbox.ErrPermission
-	case connect.CodeResourceExhausted:
-		return sandbox.ErrLimit
-	case connect.CodeFailedPrecondition:
-		return sandbox.ErrState
-	case connect.CodeUnavailable:
-		return sandbox.ErrUnavailable
+	for _, w := range wireErrors {
+		if w.code == code && code != 0 {
+			return w.err
+		}
+	}
+	return nil
+}
+
+// sentinelForStatus maps an envd HTTP status back to the sandbox
+// sentinel; nil for none.
+func sentinelForStatus(status int) error {
+	for _, w := range wireErrors {
+		if w.status == status && status != 0 {
+			return w.err
+		}
 	}
 	return nil
 }
@@ -100,21 +121,8 @@ func httpError(resp *http.Response) error {
 			body.Message = resp.Status
 		}
 	}
-	var s error
-	switch resp.StatusCode {
-	case http.StatusBadRequest:
-		s = sandbox.ErrInvalid
-	case http.StatusNotFound:
-		s = sandbox.ErrNotFound
-	case http.StatusConflict:
-		s = sandbox.ErrExist
-	case http.StatusUnauthorized, http.StatusForbidden:
-		s = sandbox.ErrPermission
-	case http.StatusInsufficientStorage, http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		s = sandbox.ErrLimit
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		s = sandbox.ErrUnavailable
-	default:
+	s := sentinelForStatus(resp.StatusCode)
+	if s == nil {
 		return fmt.Errorf("sandbox daemon: HTTP %d: %s", resp.StatusCode, body.Message)
 	}
 	return fmt.Errorf("%s: %w", body.Message, s)

@@ -511,7 +511,7 @@ func (f *fsService) rpcError(err error) error {
 		err = mapOSError(err)
 	}
 	err = f.scrub(err)
-	if codeFor(err) == connect.CodeInternal {
+	if !hasSentinel(err) {
 		var ce *connect.Error
 		if !errors.As(err, &ce) {
 			err = f.internal(err)
@@ -519,9 +519,6 @@ func (f *fsService) rpcError(err error) error {
 	}
 	return connectError(err)
 }
-
-// hasSentinel reports whether err wraps one of the sandbox sentinels.
-func hasSentinel(err error) bool { return codeFor(err) != connect.CodeInternal }
 
 func newID() string {
 	var b [8]byte
