@@ -343,115 +343,18 @@ func dataEvent(ev logEvent) *pb.ProcessEvent {
 // start launches a process and its output pumps.
 func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *sysUser) (*proc, error) {
 	cfg := req.GetProcess()
-	if cfg == nil || strings.TrimSpace(cfg.Cmd) == "" {
-		return nil, fmt.Errorf("no command: set process.cmd to the program to run: %w", sandbox.ErrInvalid)
+	if err := m.admit(cfg, req.GetTag()); err != nil {
+		return nil, err
 	}
-	if strings.IndexByte(cfg.Cmd, 0) >= 0 {
-		return nil, fmt.Errorf("command contains a NUL byte: %w", sandbox.ErrInvalid)
-	}
-	tag := req.GetTag()
-	m.mu.Lock()
-	if len(m.running) >= maxProcesses {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("%d processes are already running, the most one sandbox may have: %w", maxProcesses, sandbox.ErrLimit)
-	}
-	if tag != "" {
-		if _, ok := m.tags[tag]; ok {
-			m.mu.Unlock()
-			return nil, fmt.Errorf("a running process already has tag %q; pick another tag: %w", tag, sandbox.ErrExist)
-		}
-	}
-	m.mu.Unlock()
-
-	cwd := m.srv.cfg.Workdir
-	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		cwd = *cfg.Cwd
-	}
-	sandboxDir, hostDir, err := m.srv.resolveCtx(ctx, cwd, true)
-	if err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	}
-	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
-	}
-
-	env := m.srv.processEnv(cfg.Envs, user, sandboxDir)
-	path, err := lookPath(cfg.Cmd, env["PATH"])
+	cmd, err := m.command(ctx, cfg, user)
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: path, Args: append([]string{cfg.Cmd}, cfg.Args...), Dir: hostDir, Env: envList(env)}
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	if user != nil && os.Geteuid() == 0 && (user.uid != 0 || user.gid != 0) {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid), Groups: user.groups}
-	}
-
-	p := &proc{tag: tag, config: cfg, log: newOutLog(m.srv.cfg.OutputBuffer), exited: make(chan struct{})}
-	var toClose []*os.File // the child's ends, closed in the parent after start
-	var readers []struct {
-		f    *os.File
-		kind byte
-	}
-	fail := func(err error) (*proc, error) {
-		for _, f := range toClose {
-			f.Close()
-		}
-		for _, r := range readers {
-			r.f.Close()
-		}
-		if p.stdin != nil {
-			p.stdin.Close()
-		}
+	p := &proc{tag: req.GetTag(), config: cfg, log: newOutLog(m.srv.cfg.OutputBuffer), exited: make(chan struct{})}
+	pio, err := m.stdio(cmd, p, req)
+	if err != nil {
 		return nil, err
 	}
-	if req.Pty != nil {
-		ptmx, tty, err := pty.Open()
-		if err != nil {
-			return fail(fmt.Errorf("opening a pseudo-terminal: %w", err))
-		}
-		if sz := req.Pty.GetSize(); sz != nil && sz.Cols > 0 && sz.Rows > 0 {
-			pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)})
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		cmd.SysProcAttr.Setsid = true
-		cmd.SysProcAttr.Setctty = true
-		toClose = append(toClose, tty)
-		p.pty = ptmx
-		readers = append(readers, struct {
-			f    *os.File
-			kind byte
-		}{ptmx, kindPTY})
-	} else {
-		cmd.SysProcAttr.Setpgid = true
-		if req.Stdin == nil || *req.Stdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				return fail(err)
-			}
-			cmd.Stdin = r
-			toClose = append(toClose, r)
-			p.stdin = w
-		} else if m.devNull != nil {
-			cmd.Stdin = m.devNull
-		}
-		for _, kind := range []byte{kindStdout, kindStderr} {
-			r, w, err := outputPipe()
-			if err != nil {
-				return fail(err)
-			}
-			if kind == kindStdout {
-				cmd.Stdout = w
-			} else {
-				cmd.Stderr = w
-			}
-			toClose = append(toClose, w)
-			readers = append(readers, struct {
-				f    *os.File
-				kind byte
-			}{r, kind})
-		}
-	}
-
 	startFn := func() (int, error) {
 		if err := m.srv.cfg.Spawn(cmd); err != nil {
 			return 0, err
@@ -466,34 +369,169 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		wait, pid, err = waitDirect(startFn)
 	}
 	if err != nil {
-		return fail(startError(cfg.Cmd, err))
+		pio.fail(p)
+		return nil, startError(cfg.Cmd, err)
 	}
-	for _, f := range toClose {
-		f.Close()
-	}
+	pio.started()
 	p.pid = pid
 
 	m.mu.Lock()
 	m.running[pid] = p
-	if tag != "" {
-		m.tags[tag] = p
+	if p.tag != "" {
+		m.tags[p.tag] = p
 	}
 	m.mu.Unlock()
+	go m.run(p, cmd, pio.readers, wait)
+	return p, nil
+}
 
-	pump := func(f *os.File, kind byte) {
-		defer f.Close()
-		buf := make([]byte, readChunk)
-		for {
-			n, err := f.Read(buf)
-			if n > 0 {
-				p.log.append(context.Background(), kind, append([]byte(nil), buf[:n]...))
-			}
-			if err != nil {
-				// EIO on a PTY master means the terminal side closed.
-				return
-			}
+// admit checks a start request against the daemon's limits and tags.
+func (m *processManager) admit(cfg *pb.ProcessConfig, tag string) error {
+	if cfg == nil || strings.TrimSpace(cfg.Cmd) == "" {
+		return fmt.Errorf("no command: set process.cmd to the program to run: %w", sandbox.ErrInvalid)
+	}
+	if strings.IndexByte(cfg.Cmd, 0) >= 0 {
+		return fmt.Errorf("command contains a NUL byte: %w", sandbox.ErrInvalid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.running) >= maxProcesses {
+		return fmt.Errorf("%d processes are already running, the most one sandbox may have: %w", maxProcesses, sandbox.ErrLimit)
+	}
+	if tag != "" {
+		if _, ok := m.tags[tag]; ok {
+			return fmt.Errorf("a running process already has tag %q; pick another tag: %w", tag, sandbox.ErrExist)
 		}
 	}
+	return nil
+}
+
+// command builds the command of cfg: its program on the sandbox's PATH,
+// its working directory (confined), environment and user.
+func (m *processManager) command(ctx context.Context, cfg *pb.ProcessConfig, user *sysUser) (*exec.Cmd, error) {
+	cwd := m.srv.cfg.Workdir
+	if cfg.Cwd != nil && *cfg.Cwd != "" {
+		cwd = *cfg.Cwd
+	}
+	sandboxDir, hostDir, err := m.srv.resolveCtx(ctx, cwd, true)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
+	}
+	env := m.srv.processEnv(cfg.Envs, user, sandboxDir)
+	path, err := lookPath(cfg.Cmd, env["PATH"])
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: append([]string{cfg.Cmd}, cfg.Args...), Dir: hostDir, Env: envList(env)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if user != nil && os.Geteuid() == 0 && (user.uid != 0 || user.gid != 0) {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid), Groups: user.groups}
+	}
+	return cmd, nil
+}
+
+// outReader is the parent's end of a child's output: a pipe or a PTY.
+type outReader struct {
+	f    *os.File
+	kind byte
+}
+
+// procIO is what stdio set up for a child: the ends the parent reads and
+// the child's ends, which the parent closes once the child has them.
+type procIO struct {
+	readers []outReader
+	child   []*os.File
+}
+
+// started closes the child's ends in the parent.
+func (pio *procIO) started() {
+	for _, f := range pio.child {
+		f.Close()
+	}
+}
+
+// fail closes everything of a child that did not start.
+func (pio *procIO) fail(p *proc) {
+	pio.started()
+	for _, r := range pio.readers {
+		r.f.Close()
+	}
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+}
+
+// stdio gives cmd its standard input and output: a PTY when req asks for
+// one, else pipes (stdin only when req keeps it open).
+func (m *processManager) stdio(cmd *exec.Cmd, p *proc, req *pb.StartRequest) (*procIO, error) {
+	pio := &procIO{}
+	if req.Pty != nil {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, fmt.Errorf("opening a pseudo-terminal: %w", err)
+		}
+		if sz := req.Pty.GetSize(); sz != nil && sz.Cols > 0 && sz.Rows > 0 {
+			pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)})
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		pio.child = append(pio.child, tty)
+		p.pty = ptmx
+		pio.readers = append(pio.readers, outReader{ptmx, kindPTY})
+		return pio, nil
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if req.Stdin == nil || *req.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdin = r
+		pio.child = append(pio.child, r)
+		p.stdin = w
+	} else if m.devNull != nil {
+		cmd.Stdin = m.devNull
+	}
+	for _, kind := range []byte{kindStdout, kindStderr} {
+		r, w, err := outputPipe()
+		if err != nil {
+			pio.fail(p)
+			return nil, err
+		}
+		if kind == kindStdout {
+			cmd.Stdout = w
+		} else {
+			cmd.Stderr = w
+		}
+		pio.child = append(pio.child, w)
+		pio.readers = append(pio.readers, outReader{r, kind})
+	}
+	return pio, nil
+}
+
+// pump copies what a child writes to f into p's log, until f ends.
+func (p *proc) pump(f *os.File, kind byte) {
+	defer f.Close()
+	buf := make([]byte, readChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			p.log.append(context.Background(), kind, append([]byte(nil), buf[:n]...))
+		}
+		if err != nil {
+			// EIO on a PTY master means the terminal side closed.
+			return
+		}
+	}
+}
+
+// run reads a started process's output until it ends, then records how
+// it ended and moves it to the ended processes.
+func (m *processManager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() exitInfo) {
 	// Without a PTY, the goroutine that waits for the process reads its
 	// stdout itself (the end waits for all output anyway): a goroutine and
 	// a hand-off fewer per process. A PTY is read until shortly after the
@@ -510,48 +548,45 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
-			pump(r.f, r.kind)
+			p.pump(r.f, r.kind)
 		}()
 	}
-	go func() {
-		if inline >= 0 {
-			pump(readers[inline].f, readers[inline].kind)
-		}
-		info := wait()
-		cmd.Process.Release()
-		if p.pty != nil {
-			// Descendants may hold the terminal open; the shell is gone,
-			// so stop reading after a short drain.
-			go func() { time.Sleep(100 * time.Millisecond); p.pty.Close() }()
-		}
-		pumps.Wait()
-		end := endEvent(info, m.oomKilled)
-		if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
-			msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.srv.cfg.OutputBuffer)
-			end.Error = &msg
-		}
-		p.mu.Lock()
-		p.end = end
-		if p.stdin != nil {
-			p.stdin.Close()
-			p.stdin = nil
-		}
-		p.mu.Unlock()
-		m.mu.Lock()
-		delete(m.running, pid)
-		if tag != "" && m.tags[tag] == p {
-			delete(m.tags, tag)
-		}
-		p.finished = time.Now()
-		m.finished = append(m.finished, p)
-		m.pruneLocked()
-		m.mu.Unlock()
-		// exited before the log closes: a stream that sees the log done
-		// sends the end at once instead of waiting on exited.
-		close(p.exited)
-		p.log.close()
-	}()
-	return p, nil
+	if inline >= 0 {
+		p.pump(readers[inline].f, readers[inline].kind)
+	}
+	info := wait()
+	cmd.Process.Release()
+	if p.pty != nil {
+		// Descendants may hold the terminal open; the shell is gone,
+		// so stop reading after a short drain.
+		go func() { time.Sleep(100 * time.Millisecond); p.pty.Close() }()
+	}
+	pumps.Wait()
+	end := endEvent(info, m.oomKilled)
+	if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
+		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.srv.cfg.OutputBuffer)
+		end.Error = &msg
+	}
+	p.mu.Lock()
+	p.end = end
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.mu.Unlock()
+	m.mu.Lock()
+	delete(m.running, p.pid)
+	if p.tag != "" && m.tags[p.tag] == p {
+		delete(m.tags, p.tag)
+	}
+	p.finished = time.Now()
+	m.finished = append(m.finished, p)
+	m.pruneLocked()
+	m.mu.Unlock()
+	// exited before the log closes: a stream that sees the log done
+	// sends the end at once instead of waiting on exited.
+	close(p.exited)
+	p.log.close()
 }
 
 // outputPipe makes a pipe for a child's output. Only the parent's read end
