@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -28,7 +29,7 @@ type failingProcess struct {
 }
 
 func (f failingProcess) List(context.Context, *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
-	return nil, connectError(f.err)
+	return nil, wire.ConnectError(f.err)
 }
 
 // TestSentinelsRoundTrip: every sandbox sentinel the daemon answers with
@@ -39,13 +40,13 @@ func TestSentinelsRoundTrip(t *testing.T) {
 	for _, sentinel := range sentinels {
 		t.Run(sentinel.Error(), func(t *testing.T) {
 			err := fmt.Errorf("doing something: %w", sentinel)
-			if !hasSentinel(err) || httpStatus(err) == http.StatusInternalServerError || codeFor(err) == connect.CodeInternal {
-				t.Errorf("%v: not in the table (status %d, code %v)", sentinel, httpStatus(err), codeFor(err))
+			if !wire.HasSentinel(err) || wire.HTTPStatus(err) == http.StatusInternalServerError || wire.CodeFor(err) == connect.CodeInternal {
+				t.Errorf("%v: not in the table (status %d, code %v)", sentinel, wire.HTTPStatus(err), wire.CodeFor(err))
 			}
 			mux := http.NewServeMux()
 			mux.Handle(processconnect.NewProcessHandler(failingProcess{err: err}))
 			mux.HandleFunc("GET /files", func(w http.ResponseWriter, r *http.Request) {
-				writeJSONError(w, httpStatus(err), err.Error())
+				wire.WriteError(w, wire.HTTPStatus(err), err.Error())
 			})
 			l, lerr := net.Listen("tcp", "127.0.0.1:0")
 			if lerr != nil {

@@ -20,6 +20,7 @@ import (
 	fspb "github.com/cove-sandbox/cove/guest/gen/filesystem"
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -192,7 +193,7 @@ func (s *Session) startStream(ctx, sctx context.Context, r sandbox.ExecRequest, 
 	h.Set(ConfineHeader, s.opts.Root)
 	if r.User != "" {
 		// envd names the user of a request in a Basic authorization header.
-		h.Set("Authorization", "Basic "+basicUser(r.User))
+		h.Set("Authorization", "Basic "+wire.BasicUser(r.User))
 	}
 	stream, err := s.c.openStream(sctx, processconnect.ProcessStartProcedure, pr, h)
 	if err != nil {

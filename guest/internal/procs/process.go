@@ -1,9 +1,13 @@
-package guest
+// Package procs is the daemon's process service: envd's Process Connect
+// service (start, connect, list, input, signals, PTY size) over processes
+// whose output waits in a bounded log per process, so a client that
+// leaves and comes back (or another one) reads on from where the last one
+// stopped. Package guest assembles it into the daemon.
+package procs
 
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +27,8 @@ import (
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/guest/internal/fsys"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -57,9 +63,34 @@ type proc struct {
 	finished time.Time
 }
 
-// processManager implements the process service.
-type processManager struct {
-	srv    *Server
+// Config configures a Manager.
+type Config struct {
+	// Workdir is the sandbox path processes without a cwd start in.
+	Workdir string
+	// KeepAlive is how often a quiet process stream gets a keepalive.
+	KeepAlive time.Duration
+	// OutputBuffer bounds the output kept per process for a client that
+	// attaches later.
+	OutputBuffer int
+	// Reap makes the manager wait for every child, as pid 1 must.
+	Reap bool
+	// OOMCounter, when set, reads the sandbox's count of OOM kills.
+	OOMCounter func() int64
+	// Spawn starts every process (cmd.Start, or the runtime's own).
+	Spawn func(cmd *exec.Cmd) error
+	// FS resolves working directories and users inside the sandbox.
+	FS *fsys.Service
+	// Env copies the daemon's environment for processes (its
+	// configuration plus envd's /init) into env.
+	Env func(env map[string]string)
+}
+
+// Manager implements the process service: it starts processes, keeps
+// their output in a log per process for the streams that attach to it,
+// and reaches them by pid or tag for input, signals and attaches. The
+// daemon fills Config in (see guest.NewServer).
+type Manager struct {
+	cfg    Config
 	reaper *reaper // nil unless the daemon reaps every child
 
 	// mu guards the maps.
@@ -67,7 +98,7 @@ type processManager struct {
 	running  map[int]*proc
 	tags     map[string]*proc
 	finished []*proc
-	streams  map[string]*attachedStream // by StreamHeader id
+	streams  map[string]*attachedStream // by wire.StreamHeader id
 
 	// devNull is the stdin of processes started without one, opened once
 	// (reads see end of file whatever other readers did); nil if it could
@@ -79,29 +110,18 @@ type processManager struct {
 	oomSeen map[string]int64
 }
 
-// StreamHeader, a Cove extension, names a Start or Connect stream so the
-// client can detach it with POST /cove/detach?stream=ID and know, when
-// that returns, that later output waits for the next client. Cancelling a
-// stream alone races with output already in flight.
-const StreamHeader = "X-Cove-Stream"
-
-// DetachedHeader, a Cove extension, makes a Start stream end after the
-// start event: no client takes the output, which waits in the daemon for
-// the first Connect (sandbox.Session.StartDetached). Cancelling the stream
-// after the start event would race with output already sent on it.
-const DetachedHeader = "X-Cove-Detached"
-
 type attachedStream struct {
 	log    *outLog
 	cursor *cursor
 	cancel context.CancelFunc
 }
 
-var _ processconnect.ProcessHandler = (*processManager)(nil)
+var _ processconnect.ProcessHandler = (*Manager)(nil)
 
-func newProcessManager(s *Server) *processManager {
-	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
-	if s.cfg.Reap {
+// New returns a process manager for cfg.
+func New(cfg Config) *Manager {
+	m := &Manager{cfg: cfg, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
+	if cfg.Reap {
 		m.reaper = startReaper()
 	}
 	if f, err := os.Open(os.DevNull); err == nil {
@@ -111,15 +131,15 @@ func newProcessManager(s *Server) *processManager {
 	if f, n := oomKills(); n >= 0 {
 		m.oomSeen[f] = n
 	}
-	if s.cfg.OOMCounter != nil {
-		m.oomSeen["runtime"] = s.cfg.OOMCounter()
+	if cfg.OOMCounter != nil {
+		m.oomSeen["runtime"] = cfg.OOMCounter()
 	}
 	return m
 }
 
 // find looks a process up by selector among running and recently ended
 // ones.
-func (m *processManager) find(sel *pb.ProcessSelector) (*proc, error) {
+func (m *Manager) find(sel *pb.ProcessSelector) (*proc, error) {
 	if sel == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no process selector: give a pid or a tag"))
 	}
@@ -150,7 +170,7 @@ func (m *processManager) find(sel *pb.ProcessSelector) (*proc, error) {
 	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("empty process selector: give a pid or a tag"))
 }
 
-func (m *processManager) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+func (m *Manager) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	m.mu.Lock()
 	out := make([]*pb.ProcessInfo, 0, len(m.running))
 	for _, p := range m.running {
@@ -165,20 +185,20 @@ func (m *processManager) List(ctx context.Context, req *connect.Request[pb.ListR
 	return connect.NewResponse(&pb.ListResponse{Processes: out}), nil
 }
 
-func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
-	user, err := m.srv.requestUser(req.Header())
+func (m *Manager) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	user, err := m.cfg.FS.RequestUser(req.Header())
 	if err != nil {
-		return connectError(err)
+		return wire.ConnectError(err)
 	}
 	p, err := m.start(ctx, req.Msg, user)
 	if err != nil {
-		return connectError(err)
+		return wire.ConnectError(err)
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		m.killAt(p, deadline)
 	}
 	start := &pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}
-	if req.Header().Get(DetachedHeader) != "" {
+	if req.Header().Get(wire.DetachedHeader) != "" {
 		// No cursor: the output waits in the log, from its first byte,
 		// for the first Connect.
 		return stream.Send(start)
@@ -188,12 +208,12 @@ func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.Star
 		p.log.detach(c)
 		return err
 	}
-	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	ctx, unregister := m.register(ctx, req.Header().Get(wire.StreamHeader), p, c)
 	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) })
 }
 
-func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+func (m *Manager) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return err
@@ -203,7 +223,7 @@ func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.Co
 		p.log.detach(c)
 		return err
 	}
-	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	ctx, unregister := m.register(ctx, req.Header().Get(wire.StreamHeader), p, c)
 	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
 }
@@ -216,7 +236,7 @@ func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.Co
 // Start without a deadline (Session.Start, a detached command) and the
 // deadline of a Connect call (a client that reattaches for a while) do
 // not limit the process.
-func (m *processManager) killAt(p *proc, deadline time.Time) {
+func (m *Manager) killAt(p *proc, deadline time.Time) {
 	t := time.AfterFunc(time.Until(deadline), func() {
 		select {
 		case <-p.exited:
@@ -232,11 +252,11 @@ func (m *processManager) killAt(p *proc, deadline time.Time) {
 	}()
 }
 
-// register records a named stream so detachStream can end it: the
+// register records a named stream so DetachStream can end it: the
 // returned context ends when it does. The caller unregisters the stream
 // when it ends. (Not context.AfterFunc: its goroutine would cost a
 // wakeup per exec.)
-func (m *processManager) register(ctx context.Context, id string, p *proc, c *cursor) (context.Context, func()) {
+func (m *Manager) register(ctx context.Context, id string, p *proc, c *cursor) (context.Context, func()) {
 	if id == "" || len(id) > 128 {
 		return ctx, func() {}
 	}
@@ -255,10 +275,10 @@ func (m *processManager) register(ctx context.Context, id string, p *proc, c *cu
 	}
 }
 
-// detachStream serves POST /cove/detach?stream=ID: the stream stops
+// DetachStream serves POST /cove/detach?stream=ID: the stream stops
 // taking output before this returns. An unknown id is not an error: the
 // stream has already ended.
-func (m *processManager) detachStream(w http.ResponseWriter, r *http.Request) {
+func (m *Manager) DetachStream(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("stream")
 	m.mu.Lock()
 	st := m.streams[id]
@@ -274,9 +294,9 @@ func (m *processManager) detachStream(w http.ResponseWriter, r *http.Request) {
 // stream sends a process's output from cursor c, keepalives while it is
 // quiet, and the end event, until the process ends or the client leaves.
 // The process outlives the stream.
-func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send func(*pb.ProcessEvent) error) error {
+func (m *Manager) stream(ctx context.Context, p *proc, c *cursor, send func(*pb.ProcessEvent) error) error {
 	defer p.log.detach(c)
-	keep := time.NewTicker(m.srv.cfg.KeepAlive)
+	keep := time.NewTicker(m.cfg.KeepAlive)
 	defer keep.Stop()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -303,7 +323,7 @@ func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send fu
 			p.log.consume(c, 1)
 		}
 		if len(evs) > 0 {
-			keep.Reset(m.srv.cfg.KeepAlive)
+			keep.Reset(m.cfg.KeepAlive)
 			continue
 		}
 		if done {
@@ -341,7 +361,7 @@ func dataEvent(ev logEvent) *pb.ProcessEvent {
 }
 
 // start launches a process and its output pumps.
-func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *sysUser) (*proc, error) {
+func (m *Manager) start(ctx context.Context, req *pb.StartRequest, user *fsys.User) (*proc, error) {
 	cfg := req.GetProcess()
 	if err := m.admit(cfg, req.GetTag()); err != nil {
 		return nil, err
@@ -350,13 +370,13 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{tag: req.GetTag(), config: cfg, log: newOutLog(m.srv.cfg.OutputBuffer), exited: make(chan struct{})}
+	p := &proc{tag: req.GetTag(), config: cfg, log: newOutLog(m.cfg.OutputBuffer), exited: make(chan struct{})}
 	pio, err := m.stdio(cmd, p, req)
 	if err != nil {
 		return nil, err
 	}
 	startFn := func() (int, error) {
-		if err := m.srv.cfg.Spawn(cmd); err != nil {
+		if err := m.cfg.Spawn(cmd); err != nil {
 			return 0, err
 		}
 		return cmd.Process.Pid, nil
@@ -386,7 +406,7 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 }
 
 // admit checks a start request against the daemon's limits and tags.
-func (m *processManager) admit(cfg *pb.ProcessConfig, tag string) error {
+func (m *Manager) admit(cfg *pb.ProcessConfig, tag string) error {
 	if cfg == nil || strings.TrimSpace(cfg.Cmd) == "" {
 		return fmt.Errorf("no command: set process.cmd to the program to run: %w", sandbox.ErrInvalid)
 	}
@@ -408,27 +428,27 @@ func (m *processManager) admit(cfg *pb.ProcessConfig, tag string) error {
 
 // command builds the command of cfg: its program on the sandbox's PATH,
 // its working directory (confined), environment and user.
-func (m *processManager) command(ctx context.Context, cfg *pb.ProcessConfig, user *sysUser) (*exec.Cmd, error) {
-	cwd := m.srv.cfg.Workdir
+func (m *Manager) command(ctx context.Context, cfg *pb.ProcessConfig, user *fsys.User) (*exec.Cmd, error) {
+	cwd := m.cfg.Workdir
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cwd = *cfg.Cwd
 	}
-	sandboxDir, hostDir, err := m.srv.resolveCtx(ctx, cwd, true)
+	sandboxDir, hostDir, err := m.cfg.FS.Resolve(ctx, cwd, true)
 	if err != nil {
 		return nil, fmt.Errorf("working directory: %w", err)
 	}
 	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
 	}
-	env := m.srv.processEnv(cfg.Envs, user, sandboxDir)
+	env := m.processEnv(cfg.Envs, user, sandboxDir)
 	path, err := lookPath(cfg.Cmd, env["PATH"])
 	if err != nil {
 		return nil, err
 	}
 	cmd := &exec.Cmd{Path: path, Args: append([]string{cfg.Cmd}, cfg.Args...), Dir: hostDir, Env: envList(env)}
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	if user != nil && os.Geteuid() == 0 && (user.uid != 0 || user.gid != 0) {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid), Groups: user.groups}
+	if user != nil && os.Geteuid() == 0 && (user.UID != 0 || user.GID != 0) {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.UID), Gid: uint32(user.GID), Groups: user.Groups}
 	}
 	return cmd, nil
 }
@@ -466,7 +486,7 @@ func (pio *procIO) fail(p *proc) {
 
 // stdio gives cmd its standard input and output: a PTY when req asks for
 // one, else pipes (stdin only when req keeps it open).
-func (m *processManager) stdio(cmd *exec.Cmd, p *proc, req *pb.StartRequest) (*procIO, error) {
+func (m *Manager) stdio(cmd *exec.Cmd, p *proc, req *pb.StartRequest) (*procIO, error) {
 	pio := &procIO{}
 	if req.Pty != nil {
 		ptmx, tty, err := pty.Open()
@@ -531,7 +551,7 @@ func (p *proc) pump(f *os.File, kind byte) {
 
 // run reads a started process's output until it ends, then records how
 // it ended and moves it to the ended processes.
-func (m *processManager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() exitInfo) {
+func (m *Manager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() exitInfo) {
 	// Without a PTY, the goroutine that waits for the process reads its
 	// stdout itself (the end waits for all output anyway): a goroutine and
 	// a hand-off fewer per process. A PTY is read until shortly after the
@@ -564,7 +584,7 @@ func (m *processManager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait f
 	pumps.Wait()
 	end := endEvent(info, m.oomKilled)
 	if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
-		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.srv.cfg.OutputBuffer)
+		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.cfg.OutputBuffer)
 		end.Error = &msg
 	}
 	p.mu.Lock()
@@ -607,7 +627,7 @@ func outputPipe() (r, w *os.File, err error) {
 }
 
 // pruneLocked forgets ended processes past their keep time or count.
-func (m *processManager) pruneLocked() {
+func (m *Manager) pruneLocked() {
 	cut := 0
 	for cut < len(m.finished) && (len(m.finished)-cut > maxFinished || time.Since(m.finished[cut].finished) > finishedKeep) {
 		cut++
@@ -618,10 +638,10 @@ func (m *processManager) pruneLocked() {
 // oomKilled reports whether the out-of-memory killer has killed anything
 // since it was last asked: its cgroup counter rose. It is asked only when
 // a process died of SIGKILL, so the counter is not read on every start.
-func (m *processManager) oomKilled() bool {
+func (m *Manager) oomKilled() bool {
 	f, n := oomKills()
-	if m.srv.cfg.OOMCounter != nil {
-		f, n = "runtime", m.srv.cfg.OOMCounter()
+	if m.cfg.OOMCounter != nil {
+		f, n = "runtime", m.cfg.OOMCounter()
 	}
 	if n < 0 {
 		return false
@@ -694,16 +714,12 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // processEnv builds a process's environment: defaults, the daemon's
 // configured env, then the request's.
-func (s *Server) processEnv(req map[string]string, user *sysUser, dir string) map[string]string {
+func (m *Manager) processEnv(req map[string]string, user *fsys.User, dir string) map[string]string {
 	env := map[string]string{"PATH": defaultPath, "HOME": "/", "LANG": "C.UTF-8"}
 	if user != nil {
-		env["HOME"], env["USER"], env["LOGNAME"] = user.home, user.name, user.name
+		env["HOME"], env["USER"], env["LOGNAME"] = user.Home, user.Name, user.Name
 	}
-	s.envMu.RLock()
-	for k, v := range s.env {
-		env[k] = v
-	}
-	s.envMu.RUnlock()
+	m.cfg.Env(env)
 	for k, v := range req {
 		env[k] = v
 	}
@@ -720,7 +736,7 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-func (m *processManager) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+func (m *Manager) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -769,18 +785,18 @@ func (p *proc) write(in *pb.ProcessInput) error {
 	return fmt.Errorf("empty input: set stdin or pty: %w", sandbox.ErrInvalid)
 }
 
-func (m *processManager) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+func (m *Manager) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	if err := p.write(req.Msg.GetInput()); err != nil {
-		return nil, connectError(err)
+		return nil, wire.ConnectError(err)
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
 }
 
-func (m *processManager) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+func (m *Manager) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
 	var p *proc
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
@@ -794,7 +810,7 @@ func (m *processManager) StreamInput(ctx context.Context, stream *connect.Client
 				return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("input before a start event: send the process selector first"))
 			}
 			if err := p.write(ev.Data.GetInput()); err != nil {
-				return nil, connectError(err)
+				return nil, wire.ConnectError(err)
 			}
 		}
 	}
@@ -804,7 +820,7 @@ func (m *processManager) StreamInput(ctx context.Context, stream *connect.Client
 	return connect.NewResponse(&pb.StreamInputResponse{}), nil
 }
 
-func (m *processManager) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+func (m *Manager) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -828,7 +844,7 @@ func (m *processManager) SendSignal(ctx context.Context, req *connect.Request[pb
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }
 
-func (m *processManager) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+func (m *Manager) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -845,8 +861,8 @@ func (m *processManager) CloseStdin(ctx context.Context, req *connect.Request[pb
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
 
-// closeAll kills every running process group.
-func (m *processManager) closeAll() {
+// CloseAll kills every running process group.
+func (m *Manager) CloseAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for pid := range m.running {
@@ -918,47 +934,4 @@ func readCounter(file, key string) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// sysUser is a user of the sandbox's /etc/passwd.
-type sysUser struct {
-	name     string
-	uid, gid int
-	home     string
-	groups   []uint32
-}
-
-// requestUser picks the user a request runs as: the one it names (see
-// requestUserName), else the daemon's default; nil when neither is set.
-func (s *Server) requestUser(h interface{ Get(string) string }) (*sysUser, error) {
-	name, err := requestUserName(h)
-	if err != nil {
-		return nil, err
-	}
-	if name == "" {
-		name = s.cfg.User
-	}
-	if name == "" {
-		return nil, nil
-	}
-	u, ok := s.fs.names.user(s, name)
-	if !ok {
-		return nil, fmt.Errorf("user %q does not exist in the sandbox; name a user from its /etc/passwd: %w", name, sandbox.ErrPermission)
-	}
-	return u, nil
-}
-
-// requestUserName is the user envd's clients name in a Basic
-// authorization header ("user:"), or "".
-func requestUserName(h interface{ Get(string) string }) (string, error) {
-	auth := h.Get("Authorization")
-	if !strings.HasPrefix(auth, "Basic ") {
-		return "", nil
-	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic "))
-	if err != nil {
-		return "", fmt.Errorf("malformed Basic authorization header: want base64 of \"user:\": %w", sandbox.ErrInvalid)
-	}
-	name, _, _ := strings.Cut(string(raw), ":")
-	return name, nil
 }
