@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -33,9 +34,13 @@ func (s *Session) StartDetached(ctx context.Context, r sandbox.ExecRequest) (int
 		return 0, err
 	}
 	// The end of the stream follows the start event at once: reading it
-	// lets the connection serve the next request.
+	// lets the connection serve the next request. A daemon too old to know
+	// DetachedHeader streams the output instead; the bound keeps this call
+	// from waiting on it.
+	stop := time.AfterFunc(2*time.Second, cancel)
 	for stream.Receive() {
 	}
+	stop.Stop()
 	stream.Close()
 	if r.Stdin != nil {
 		go s.feed(&pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: uint32(pid)}}, r.Stdin, r.PTY != nil)

@@ -30,7 +30,9 @@ func (s *FakeSession) StartDetached(ctx context.Context, req sandbox.ExecRequest
 	o.atts = slices.DeleteFunc(o.atts, func(x *attachment) bool { return x == att })
 	if len(o.atts) == 0 {
 		// The attachment took everything until now, so the buffer is
-		// empty and the early output goes first.
+		// empty and the early output goes first. (A reader that
+		// attached by tag in between misses what came before it: the
+		// fake does not replay it.)
 		early.mu.Lock()
 		for _, c := range early.chunks {
 			o.buffer(c.stream, c.data)
