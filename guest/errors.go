@@ -18,6 +18,7 @@ const (
 	NoReplaceHeader   = wire.NoReplaceHeader
 	StreamHeader      = wire.StreamHeader
 	DetachedHeader    = wire.DetachedHeader
+	KillAfterHeader   = wire.KillAfterHeader
 )
 
 // httpError reads envd's {"message","code"} error body and maps the

@@ -103,6 +103,9 @@ func (s *Session) startRequest(r sandbox.ExecRequest) (*pb.StartRequest, error) 
 	if r.Cmd == "" {
 		return nil, fmt.Errorf("empty command: set Cmd to the program to run: %w", sandbox.ErrInvalid)
 	}
+	if r.Timeout < 0 {
+		return nil, fmt.Errorf("timeout %v: give a positive duration, or 0 for none: %w", r.Timeout, sandbox.ErrInvalid)
+	}
 	cmd, args := r.Cmd, r.Args
 	if r.Shell && len(args) == 0 {
 		cmd, args = "/bin/sh", []string{"-c", r.Cmd}
@@ -191,6 +194,10 @@ func (s *Session) startStream(ctx, sctx context.Context, r sandbox.ExecRequest, 
 		return nil, err
 	}
 	h.Set(ConfineHeader, s.opts.Root)
+	if r.Timeout > 0 {
+		// Whole milliseconds, rounded up: never shorter than asked.
+		h.Set(KillAfterHeader, strconv.FormatInt(int64((r.Timeout+time.Millisecond-1)/time.Millisecond), 10))
+	}
 	if r.User != "" {
 		// envd names the user of a request in a Basic authorization header.
 		h.Set("Authorization", "Basic "+wire.BasicUser(r.User))

@@ -261,6 +261,11 @@ type ExecRequest struct {
 	Stdout, Stderr io.Writer
 	// PTY runs the process on a pseudo-terminal of this size.
 	PTY *PTYSize
+	// Timeout, when positive, kills the process (SIGKILL, to its group
+	// too) this long after it starts, whether or not anyone waits for it:
+	// the sandbox enforces it, so it holds after the caller is gone. The
+	// process then ends as killed by a signal. Negative is ErrInvalid.
+	Timeout time.Duration
 }
 
 // PTYSize is a terminal size.

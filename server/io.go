@@ -144,24 +144,16 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 
 // execBackground starts a background process detached, so its output
 // waits in the sandbox for an attach, and answers with the start event
-// alone. The server keeps nothing of the process: attach, signal and
-// stdin reach it by pid or tag through the session, from this server or
-// another. It reports whether the process started.
+// alone. The server keeps nothing of the process, its timeout included
+// (the sandbox enforces it): attach, signal and stdin reach it by pid or
+// tag through the session, from this server or another. It reports
+// whether the process started.
 func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id string, sess sandbox.Session, xr sandbox.ExecRequest, timeout time.Duration) bool {
+	xr.Timeout = timeout
 	pid, err := sess.StartDetached(r.Context(), xr)
 	if err != nil {
 		s.fail(w, r, err)
 		return false
-	}
-	if timeout > 0 {
-		// The one thing held here: a timer, lost if this server restarts
-		// before it fires (the sandbox's TTL still bounds the process).
-		sel := sandbox.ProcessSelector{PID: pid}
-		time.AfterFunc(timeout, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-			defer cancel()
-			sess.Signal(ctx, sel, sandbox.SIGKILL)
-		})
 	}
 	es := newEventStream(w, func(n int64) { s.countOut(id, n) })
 	defer es.close()

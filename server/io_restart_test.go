@@ -42,3 +42,21 @@ func TestProcessesSurviveRestart(t *testing.T) {
 		t.Errorf("after TERM through the restarted server: pid %d, last event %+v; want pid %d and an exit by signal", res.pid, res.exit, sleeper.pid)
 	}
 }
+
+// TestBackgroundTimeoutSurvivesRestart: a background process's
+// timeout_seconds is the sandbox's to enforce, so it still ends the
+// process when the server that started it is gone.
+func TestBackgroundTimeoutSurvivesRestart(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.teamKey(t, "timeout")
+	sb := ts.create(t, key, api.CreateSandbox{})
+	r := ts.run(t, key, sb.ID, api.Exec{Cmd: "sleep 60", Shell: true, Background: true, TimeoutSeconds: 1})
+	if r.pid <= 0 {
+		t.Fatalf("background exec: events %v, want a start with a pid", r.types)
+	}
+	ts2 := ts.restart(t)
+	res := ts2.openStream(t, context.Background(), fmt.Sprintf("/v1/sandboxes/%s/processes/%d/attach", sb.ID, r.pid), key, nil).rest(t)
+	if res.exit.Type != "exit" || res.exit.Signal == "" {
+		t.Errorf("attached after the restart: last event %+v, want an exit by signal (the timeout's kill)", res.exit)
+	}
+}

@@ -1198,6 +1198,9 @@ func (s *FakeSession) start(ctx context.Context, req sandbox.ExecRequest) (*fake
 	if err := checkEnv(req.Env); err != nil {
 		return nil, nil, err
 	}
+	if req.Timeout < 0 {
+		return nil, nil, fmt.Errorf("negative timeout %v: %w", req.Timeout, sandbox.ErrInvalid)
+	}
 
 	if err := s.lock(ctx); err != nil {
 		return nil, nil, err
@@ -1286,6 +1289,7 @@ func (s *FakeSession) start(ctx context.Context, req sandbox.ExecRequest) (*fake
 		pid:    pid,
 	}
 	go p.run(prog, pr, argv)
+	p.killAfter(req.Timeout)
 	return p, att, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
 )
@@ -104,4 +105,17 @@ func (s *FakeSession) handle(ctx context.Context, sel sandbox.ProcessSelector) (
 		return nil, fmt.Errorf("%s: %w", selString(sel), sandbox.ErrNotFound)
 	}
 	return &fakeHandle{p: p}, nil
+}
+
+// killAfter delivers SIGKILL to p after d (ExecRequest.Timeout), unless
+// it has ended by then; 0 means never.
+func (p *fakeProcess) killAfter(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.AfterFunc(d, func() { p.deliver(sandbox.SIGKILL) })
+	go func() {
+		<-p.done
+		t.Stop()
+	}()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
 )
@@ -21,6 +22,7 @@ var processBySelectorTests = []suiteTest{
 	{"DetachedStartStdin", testDetachedStartStdin},
 	{"SignalFromAnotherSession", testSignalFromAnotherSession},
 	{"BySelectorErrors", testBySelectorErrors},
+	{"Timeout", testProcessTimeout},
 }
 
 // reopen returns a new session of s's sandbox.
@@ -138,4 +140,24 @@ func testBySelectorErrors(t *testing.T, h *harness) {
 
 	pid := startDetached(t, s, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"30"}})
 	wantErr(t, "WriteStdin without OpenStdin", s.WriteStdin(ctx, sandbox.ProcessSelector{PID: pid}, []byte("x")), sandbox.ErrState)
+}
+
+// testProcessTimeout: ExecRequest.Timeout kills a detached process that
+// nobody holds, and an Exec's; a negative one is ErrInvalid.
+func testProcessTimeout(t *testing.T, h *harness) {
+	ctx := t.Context()
+	s := h.create(t, sandbox.Spec{})
+	pid := startDetached(t, s, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"30"}, Timeout: 100 * time.Millisecond})
+	_, st := attachOutput(t, h.reopen(t, s), sandbox.ProcessSelector{PID: pid})
+	if st.Code != -1 || st.Signal == "" {
+		t.Errorf("detached sleep 30 with a timeout: status %+v, want killed by a signal", st)
+	}
+	r := execute(t, s, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"30"}, Timeout: 100 * time.Millisecond})
+	if r.status.Code != -1 || r.status.Signal == "" {
+		t.Errorf("Exec of sleep 30 with a timeout: status %+v, want killed by a signal", r.status)
+	}
+	_, err := s.StartDetached(ctx, sandbox.ExecRequest{Cmd: "true", Timeout: -time.Second})
+	wantErr(t, "StartDetached with a negative timeout", err, sandbox.ErrInvalid)
+	_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "true", Timeout: -time.Second})
+	wantErr(t, "Exec with a negative timeout", err, sandbox.ErrInvalid)
 }

@@ -190,12 +190,19 @@ func (m *Manager) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err != nil {
 		return wire.ConnectError(err)
 	}
+	killAfter, err := killAfter(req.Header())
+	if err != nil {
+		return wire.ConnectError(err)
+	}
 	p, err := m.start(ctx, req.Msg, user)
 	if err != nil {
 		return wire.ConnectError(err)
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		m.killAt(p, deadline)
+	}
+	if killAfter > 0 {
+		m.killAt(p, time.Now().Add(killAfter))
 	}
 	start := &pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}
 	if req.Header().Get(wire.DetachedHeader) != "" {
@@ -228,14 +235,28 @@ func (m *Manager) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
 }
 
+// killAfter reads a Start call's wire.KillAfterHeader; 0 when absent.
+func killAfter(h http.Header) (time.Duration, error) {
+	v := h.Get(wire.KillAfterHeader)
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 || ms > int64(365*24*time.Hour/time.Millisecond) {
+		return 0, fmt.Errorf("%s %q: give a number of milliseconds, at least 1 and at most a year: %w", wire.KillAfterHeader, v, sandbox.ErrInvalid)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // killAt kills p's process group at deadline unless it has ended by
 // then. The deadline of a Start call (Connect-Timeout-Ms, which E2B's
 // SDKs send as a command's timeoutMs, 60 s by default) is the command's,
 // as in envd: it holds whether or not the client is still attached, and
-// the stream itself ends at the same moment with deadline_exceeded. A
-// Start without a deadline (Session.Start, a detached command) and the
-// deadline of a Connect call (a client that reattaches for a while) do
-// not limit the process.
+// the stream itself ends at the same moment with deadline_exceeded. Cove's
+// clients send wire.KillAfterHeader instead (sandbox.ExecRequest.Timeout),
+// which kills the same way but leaves the stream to end with the process.
+// The deadline of a Connect call (a client that reattaches for a while)
+// does not limit the process.
 func (m *Manager) killAt(p *proc, deadline time.Time) {
 	t := time.AfterFunc(time.Until(deadline), func() {
 		select {

@@ -41,6 +41,11 @@ const (
 	// Cancelling the stream after the start event would race with output
 	// already sent on it.
 	DetachedHeader = "X-Cove-Detached"
+	// KillAfterHeader, a Cove extension, makes the daemon kill a started
+	// process this many milliseconds after it starts
+	// (sandbox.ExecRequest.Timeout). Unlike a Start call's own deadline,
+	// it does not end the stream.
+	KillAfterHeader = "X-Cove-Kill-After"
 )
 
 // wireErrors is the one table between the sandbox contract's sentinel
