@@ -19,6 +19,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest/gen/filesystem/filesystemconnect"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -289,7 +290,7 @@ func (c *Client) setHeaders(h http.Header) {
 		h.Set(AccessTokenHeader, c.token)
 	}
 	if c.user != "" {
-		h.Set("Authorization", "Basic "+basicUser(c.user))
+		h.Set("Authorization", "Basic "+wire.BasicUser(c.user))
 	}
 }
 
@@ -372,10 +373,10 @@ func wireError(err error) error {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		if s := sentinelFor(ce.Code()); s != nil && !errors.Is(err, s) {
+		if s := wire.SentinelFor(ce.Code()); s != nil && !errors.Is(err, s) {
 			return fmt.Errorf("%s: %w", ce.Message(), s)
 		}
-		if ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isConnErr(err) {
+		if ce.Code() == connect.CodeUnknown && isConnErr(err) {
 			return fmt.Errorf("%s: %w", ce.Message(), sandbox.ErrUnavailable)
 		}
 		return err

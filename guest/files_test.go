@@ -170,6 +170,13 @@ func multipartBody(t *testing.T, files map[string]string) (io.Reader, string) {
 	return &buf, mw.FormDataContentType()
 }
 
+// uploadEntry is envd's description of an uploaded file.
+type uploadEntry struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
 func decodeEntries(t *testing.T, res *http.Response) []uploadEntry {
 	t.Helper()
 	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {

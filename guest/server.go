@@ -7,6 +7,12 @@
 // a few Cove extensions (workspace tar, port tunnels). The client side
 // (Client, Session) turns that API into a sandbox.Session, so every runtime
 // only has to start the daemon and hand over a connection to it.
+//
+// This package holds the daemon's assembly (Server, Main: the listener,
+// the access token, the environment, port tunnels) and the client; the
+// two services are guest/internal/fsys and guest/internal/procs, and what
+// both sides of the wire share (header names, the sentinel errors' wire
+// forms) is guest/internal/wire.
 package guest
 
 import (
@@ -23,19 +29,15 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/cove-sandbox/cove/guest/gen/filesystem/filesystemconnect"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
-)
-
-// Header names shared with envd.
-const (
-	// AccessTokenHeader carries the access token when one is configured.
-	AccessTokenHeader = "X-Access-Token"
+	"github.com/cove-sandbox/cove/guest/internal/fsys"
+	"github.com/cove-sandbox/cove/guest/internal/procs"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 )
 
 // Config configures a daemon.
@@ -82,8 +84,8 @@ type Config struct {
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	procs *processManager
-	fs    *fsService
+	procs *procs.Manager
+	fs    *fsys.Service
 
 	// envMu guards env: Config.Env plus what POST /init added.
 	envMu sync.RWMutex
@@ -122,8 +124,11 @@ func NewServer(cfg Config) (*Server, error) {
 	for k, v := range cfg.Env {
 		s.env[k] = v
 	}
-	s.fs = &fsService{srv: s}
-	s.procs = newProcessManager(s)
+	s.fs = fsys.New(fsys.Config{Root: cfg.Root, Workdir: cfg.Workdir, User: cfg.User, KeepAlive: cfg.KeepAlive, Logger: cfg.Logger})
+	s.procs = procs.New(procs.Config{
+		Workdir: cfg.Workdir, KeepAlive: cfg.KeepAlive, OutputBuffer: cfg.OutputBuffer, Reap: cfg.Reap,
+		OOMCounter: cfg.OOMCounter, Spawn: cfg.Spawn, FS: s.fs, Env: s.copyEnv,
+	})
 	return s, nil
 }
 
@@ -133,20 +138,20 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.authInterceptor()))
 	procPath, procHandler := processconnect.NewProcessHandler(s.procs, opts)
-	mux.Handle(procPath, withLastFlush(procHandler))
+	mux.Handle(procPath, procs.WithLastFlush(procHandler))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(s.fs, opts))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.Handle("POST /init", s.requireToken(http.HandlerFunc(s.initVars)))
 	mux.Handle("GET /envs", s.requireToken(http.HandlerFunc(s.envVars)))
-	mux.Handle("GET /files", s.requireToken(http.HandlerFunc(s.fs.download)))
-	mux.Handle("POST /files", s.requireToken(http.HandlerFunc(s.fs.upload)))
-	mux.Handle("GET /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarDownload)))
-	mux.Handle("POST /cove/tar", s.requireToken(http.HandlerFunc(s.fs.tarUpload)))
-	mux.Handle("POST /cove/detach", s.requireToken(http.HandlerFunc(s.procs.detachStream)))
+	mux.Handle("GET /files", s.requireToken(http.HandlerFunc(s.fs.Download)))
+	mux.Handle("POST /files", s.requireToken(http.HandlerFunc(s.fs.Upload)))
+	mux.Handle("GET /cove/tar", s.requireToken(http.HandlerFunc(s.fs.TarDownload)))
+	mux.Handle("POST /cove/tar", s.requireToken(http.HandlerFunc(s.fs.TarUpload)))
+	mux.Handle("POST /cove/detach", s.requireToken(http.HandlerFunc(s.procs.DetachStream)))
 	mux.Handle("GET /cove/port/{port}", s.requireToken(http.HandlerFunc(s.tunnel)))
-	return withConfine(mux)
+	return fsys.WithConfine(mux)
 }
 
 // Serve serves the daemon on l until ctx ends, then closes running
@@ -176,8 +181,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 
 // Close kills every process the daemon started.
 func (s *Server) Close() {
-	s.procs.closeAll()
-	s.fs.closeWatchers()
+	s.procs.CloseAll()
+	s.fs.CloseWatchers()
 }
 
 // TokenEqual reports, in constant time, whether got is the token want.
@@ -203,7 +208,7 @@ func (s *Server) tokenOK(h http.Header) bool {
 func (s *Server) requireToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.tokenOK(r.Header) {
-			writeJSONError(w, http.StatusUnauthorized, "missing or wrong access token: send it in the X-Access-Token header")
+			wire.WriteError(w, http.StatusUnauthorized, "missing or wrong access token: send it in the X-Access-Token header")
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -255,13 +260,13 @@ func (s *Server) initVars(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
-			writeJSONError(w, http.StatusBadRequest, "malformed JSON body: want {\"envVars\": {\"NAME\": \"value\"}}")
+			wire.WriteError(w, http.StatusBadRequest, "malformed JSON body: want {\"envVars\": {\"NAME\": \"value\"}}")
 			return
 		}
 	}
 	for k := range body.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("environment variable name %q is not valid", k))
+			wire.WriteError(w, http.StatusBadRequest, fmt.Sprintf("environment variable name %q is not valid", k))
 			return
 		}
 	}
@@ -273,6 +278,15 @@ func (s *Server) initVars(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// copyEnv copies the variables every process gets into env.
+func (s *Server) copyEnv(env map[string]string) {
+	s.envMu.RLock()
+	defer s.envMu.RUnlock()
+	for k, v := range s.env {
+		env[k] = v
+	}
+}
+
 // envVars serves envd's GET /envs: the variables every process gets.
 func (s *Server) envVars(w http.ResponseWriter, r *http.Request) {
 	s.envMu.RLock()
@@ -280,55 +294,4 @@ func (s *Server) envVars(w http.ResponseWriter, r *http.Request) {
 	s.envMu.RUnlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
-}
-
-// writeJSONError writes envd's error shape: {"message": ..., "code": N}.
-func writeJSONError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(struct {
-		Message string `json:"message"`
-		Code    int    `json:"code"`
-	}{msg, status})
-}
-
-// lastFlushWriter lets a process stream hold back the flushes that follow
-// its last event. Connect flushes after every message and again after the
-// end of the stream; held, the end event, the end of the stream and the
-// end of the HTTP response leave in one write when the handler returns
-// (and reach the client in one read) instead of three.
-type lastFlushWriter struct {
-	http.ResponseWriter
-	held atomic.Bool
-}
-
-type lastFlushKey struct{}
-
-func (w *lastFlushWriter) Flush() {
-	if w.held.Load() {
-		return
-	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *lastFlushWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// withLastFlush gives h's handlers a lastFlushWriter through their context
-// (see holdFlushes).
-func withLastFlush(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lw := &lastFlushWriter{ResponseWriter: w}
-		h.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), lastFlushKey{}, lw)))
-	})
-}
-
-// holdFlushes stops flushing the response of ctx's request: what is
-// written from now on leaves when the handler returns. Only for a
-// handler's last message.
-func holdFlushes(ctx context.Context) {
-	if w, ok := ctx.Value(lastFlushKey{}).(*lastFlushWriter); ok {
-		w.held.Store(true)
-	}
 }

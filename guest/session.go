@@ -20,6 +20,7 @@ import (
 	fspb "github.com/cove-sandbox/cove/guest/gen/filesystem"
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -102,6 +103,9 @@ func (s *Session) startRequest(r sandbox.ExecRequest) (*pb.StartRequest, error) 
 	if r.Cmd == "" {
 		return nil, fmt.Errorf("empty command: set Cmd to the program to run: %w", sandbox.ErrInvalid)
 	}
+	if r.Timeout < 0 {
+		return nil, fmt.Errorf("timeout %v: give a positive duration, or 0 for none: %w", r.Timeout, sandbox.ErrInvalid)
+	}
 	cmd, args := r.Cmd, r.Args
 	if r.Shell && len(args) == 0 {
 		cmd, args = "/bin/sh", []string{"-c", r.Cmd}
@@ -160,25 +164,12 @@ func (s *Session) Start(ctx context.Context, r sandbox.ExecRequest) (sandbox.Pro
 // seen by this handle) and reads, under ctx, the start event. The caller
 // delivers the rest of the stream (pump or goPump).
 func (s *Session) open(ctx context.Context, r sandbox.ExecRequest, streamCtx context.Context) (*process, *procEventStream, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, nil, err
-	}
-	pr, err := s.startRequest(r)
-	if err != nil {
-		return nil, nil, err
-	}
 	sctx, cancel := context.WithCancel(streamCtx)
-	h := http.Header{ConfineHeader: {s.opts.Root}}
-	if r.User != "" {
-		// envd names the user of a request in a Basic authorization header.
-		h.Set("Authorization", "Basic "+basicUser(r.User))
-	}
 	streamID := newStreamID()
-	h.Set(StreamHeader, streamID)
-	stream, err := s.c.openStream(sctx, processconnect.ProcessStartProcedure, pr, h)
+	stream, err := s.startStream(ctx, sctx, r, http.Header{StreamHeader: {streamID}})
 	if err != nil {
 		cancel()
-		return nil, nil, wireError(err)
+		return nil, nil, err
 	}
 	p := newProcess(s, r.Tag, r.PTY != nil, r.Stdout, r.Stderr, cancel)
 	p.streamID = streamID
@@ -187,9 +178,35 @@ func (s *Session) open(ctx context.Context, r sandbox.ExecRequest, streamCtx con
 		return nil, nil, err
 	}
 	if r.Stdin != nil {
-		go p.feed(r.Stdin)
+		go s.feed(p.selector(), r.Stdin, p.hasPTY)
 	}
 	return p, stream, nil
+}
+
+// startStream checks the session under ctx and opens a Start stream for
+// r under sctx, with h's headers added.
+func (s *Session) startStream(ctx, sctx context.Context, r sandbox.ExecRequest, h http.Header) (*procEventStream, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	pr, err := s.startRequest(r)
+	if err != nil {
+		return nil, err
+	}
+	h.Set(ConfineHeader, s.opts.Root)
+	if r.Timeout > 0 {
+		// Whole milliseconds, rounded up: never shorter than asked.
+		h.Set(KillAfterHeader, strconv.FormatInt(int64((r.Timeout+time.Millisecond-1)/time.Millisecond), 10))
+	}
+	if r.User != "" {
+		// envd names the user of a request in a Basic authorization header.
+		h.Set("Authorization", "Basic "+wire.BasicUser(r.User))
+	}
+	stream, err := s.c.openStream(sctx, processconnect.ProcessStartProcedure, pr, h)
+	if err != nil {
+		return nil, wireError(err)
+	}
+	return stream, nil
 }
 
 func (s *Session) Attach(ctx context.Context, sel sandbox.ProcessSelector, stdout, stderr io.Writer) (sandbox.Process, error) {
@@ -477,11 +494,25 @@ func (p *process) first(ctx context.Context, stream *procEventStream) error {
 	p.mu.Lock()
 	cancel := p.cancel
 	p.mu.Unlock()
+	pid, err := readStart(ctx, stream, cancel)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.pid = pid
+	p.mu.Unlock()
+	return nil
+}
+
+// readStart reads a stream's first event, the start, under ctx, and
+// returns its pid; if ctx ends first, cancel ends the stream. On an error
+// the stream is closed.
+func readStart(ctx context.Context, stream *procEventStream, cancel context.CancelFunc) (int, error) {
 	stop := context.AfterFunc(ctx, cancel)
 	ok := stream.Receive()
 	if !stop() {
 		stream.Close()
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	if !ok {
 		stream.Close()
@@ -489,17 +520,14 @@ func (p *process) first(ctx context.Context, stream *procEventStream) error {
 		if err == nil {
 			err = fmt.Errorf("the sandbox daemon closed the stream before the process started: %w", sandbox.ErrUnavailable)
 		}
-		return wireError(err)
+		return 0, wireError(err)
 	}
 	st := stream.Msg().GetStart()
 	if st == nil {
 		stream.Close()
-		return fmt.Errorf("the sandbox daemon sent %T before the start event: %w", stream.Msg().GetEvent(), sandbox.ErrUnavailable)
+		return 0, fmt.Errorf("the sandbox daemon sent %T before the start event: %w", stream.Msg().GetEvent(), sandbox.ErrUnavailable)
 	}
-	p.mu.Lock()
-	p.pid = int(st.Pid)
-	p.mu.Unlock()
-	return nil
+	return int(st.Pid), nil
 }
 
 // goPump delivers the rest of the stream in the background.
@@ -642,24 +670,6 @@ func (p *process) finish(st *sandbox.ExitStatus, err error) {
 	close(p.done)
 }
 
-// feed copies r to the process's stdin, then closes it.
-func (p *process) feed(r io.Reader) {
-	ctx := context.Background()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if werr := p.Write(ctx, buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	p.CloseStdin(ctx)
-}
-
 func (p *process) PID() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -693,26 +703,15 @@ func (p *process) selector() *pb.ProcessSelector {
 }
 
 func (p *process) Write(ctx context.Context, b []byte) error {
-	in := &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: b}}
-	if p.hasPTY {
-		in.Input = &pb.ProcessInput_Pty{Pty: b}
-	}
-	_, err := p.s.c.Process.SendInput(ctx, req(p.s, &pb.SendInputRequest{Process: p.selector(), Input: in}))
-	return wireError(err)
+	return p.s.sendInput(ctx, p.selector(), b, p.hasPTY)
 }
 
 func (p *process) CloseStdin(ctx context.Context) error {
-	_, err := p.s.c.Process.CloseStdin(ctx, req(p.s, &pb.CloseStdinRequest{Process: p.selector()}))
-	return wireError(err)
+	return p.s.closeStdin(ctx, p.selector())
 }
 
 func (p *process) Signal(ctx context.Context, sig sandbox.Signal) error {
-	ps := pb.Signal(sig)
-	if _, ok := pb.Signal_name[int32(ps)]; !ok || ps == pb.Signal_SIGNAL_UNSPECIFIED {
-		return fmt.Errorf("signal %d is not supported: %w", sig, sandbox.ErrInvalid)
-	}
-	_, err := p.s.c.Process.SendSignal(ctx, req(p.s, &pb.SendSignalRequest{Process: p.selector(), Signal: ps}))
-	return wireError(err)
+	return p.s.signal(ctx, p.selector(), sig)
 }
 
 func (p *process) Resize(ctx context.Context, size sandbox.PTYSize) error {

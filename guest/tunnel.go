@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -21,11 +22,11 @@ import (
 func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("port %q: want a number from 1 to 65535", r.PathValue("port")))
+		wire.WriteError(w, http.StatusBadRequest, fmt.Sprintf("port %q: want a number from 1 to 65535", r.PathValue("port")))
 		return
 	}
 	if r.Header.Get("Upgrade") != "tcp" {
-		writeJSONError(w, http.StatusBadRequest, "send Connection: Upgrade and Upgrade: tcp to open a tunnel")
+		wire.WriteError(w, http.StatusBadRequest, "send Connection: Upgrade and Upgrade: tcp to open a tunnel")
 		return
 	}
 	var d net.Dialer
@@ -33,7 +34,7 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 	up, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	cancel()
 	if err != nil {
-		writeJSONError(w, http.StatusBadGateway, fmt.Sprintf("nothing is listening on port %d in the sandbox: start a server bound to 127.0.0.1:%d or 0.0.0.0:%d", port, port, port))
+		wire.WriteError(w, http.StatusBadGateway, fmt.Sprintf("nothing is listening on port %d in the sandbox: start a server bound to 127.0.0.1:%d or 0.0.0.0:%d", port, port, port))
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -165,6 +165,39 @@ type Session interface {
 	// Processes lists the running processes started through the session.
 	Processes(ctx context.Context) ([]ProcessInfo, error)
 
+	// The calls below reach a background process by pid or tag without a
+	// handle, so a caller that keeps none (a server that restarted, a
+	// second client) can still drive a process another session started:
+	// the process's state, its output included, lives in the sandbox.
+	// They are on Session, not an optional interface, because every
+	// runtime's daemon speaks them and a wrapper that embeds a Session
+	// passes them on.
+
+	// StartDetached runs a command in the background, as Start does, but
+	// no handle takes its output: the output waits in the sandbox
+	// (bounded, as after Detach) for the first Attach, which gets it from
+	// its first byte. It returns the process's pid. req.Stdout and
+	// req.Stderr must be nil (ErrInvalid): nothing would read them.
+	// req.Stdin, when set, is copied to the process's standard input,
+	// which is then closed; with OpenStdin the input stays open for
+	// WriteStdin. Errors as Start's.
+	StartDetached(ctx context.Context, req ExecRequest) (pid int, err error)
+	// Signal delivers sig to the background process sel names and its
+	// group. ErrNotFound if there is no such process; ErrState if it has
+	// ended; ErrInvalid for a signal the runtime cannot deliver.
+	Signal(ctx context.Context, sel ProcessSelector, sig Signal) error
+	// WriteStdin sends p to the standard input (or the PTY) of the
+	// process sel names. ErrNotFound if there is no such process;
+	// ErrState if it has ended, or its standard input is closed or was
+	// never open (see ExecRequest.OpenStdin).
+	WriteStdin(ctx context.Context, sel ProcessSelector, p []byte) error
+	// CloseStdin signals end of file on the standard input of the
+	// process sel names; closing it twice is not an error. ErrNotFound if
+	// there is no such process. A process that has ended may get ErrState
+	// or nil (its input is closed either way); a process on a PTY may get
+	// ErrState: send 0x04 instead.
+	CloseStdin(ctx context.Context, sel ProcessSelector) error
+
 	// ReadFile opens a file for reading. ErrNotFound if missing,
 	// ErrInvalid if it is a directory.
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
@@ -228,6 +261,11 @@ type ExecRequest struct {
 	Stdout, Stderr io.Writer
 	// PTY runs the process on a pseudo-terminal of this size.
 	PTY *PTYSize
+	// Timeout, when positive, kills the process (SIGKILL, to its group
+	// too) this long after it starts, whether or not anyone waits for it:
+	// the sandbox enforces it, so it holds after the caller is gone. The
+	// process then ends as killed by a signal. Negative is ErrInvalid.
+	Timeout time.Duration
 }
 
 // PTYSize is a terminal size.

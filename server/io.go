@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,9 +50,8 @@ func (s *Server) ioRoutes() {
 	s.handle("PUT /v1/sandboxes/{id}/tar", s.writeTar)
 }
 
-// maxHeld caps the output a background process's start stream takes
-// before it detaches (kept for the next attach), and the output held
-// back while an exec or attach stream writes its start event.
+// maxHeld caps the output held back while an exec or attach stream
+// writes its start event.
 const maxHeld = 256 << 10
 
 // maxEventData caps the output bytes in one NDJSON event, so a runtime
@@ -89,11 +87,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 	defer end()
 	started, failed := time.Now(), true
 	defer func() { s.metrics.exec(time.Since(started), failed) }()
-	es := newEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
-	defer es.close()
 	xr := sandbox.ExecRequest{
 		Cmd: req.Cmd, Args: req.Args, Shell: req.Shell, Dir: req.Dir, Env: req.Env, User: req.User, Tag: req.Tag,
-		Stdout: es.output("stdout"), Stderr: es.output("stderr"),
 	}
 	switch {
 	case req.Stdin != nil:
@@ -105,35 +100,26 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		// </dev/null, so `cat` does not hang.
 		xr.OpenStdin = true
 	}
+	if req.Background {
+		failed = !s.execBackground(w, r, rec.ID, sess, xr, timeout)
+		return
+	}
+	es := newEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
+	defer es.close()
+	xr.Stdout, xr.Stderr = es.output("stdout"), es.output("stderr")
 	proc, err := sess.Start(r.Context(), xr)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	pid := proc.PID()
-	procs := s.procs()
-	procs.add(rec.ID, proc)
 	if timeout > 0 {
 		t := time.AfterFunc(timeout, func() {
 			es.timedOut.Store(true)
 			kill(proc)
 		})
-		if !req.Background {
-			defer t.Stop()
-		}
+		defer t.Stop()
 	}
-	if req.Background {
-		// Detach so the output waits for an attach; what this stream
-		// took before detaching is kept for that attach.
-		if err := proc.Detach(); err != nil {
-			s.log.Warn("detaching a background process", "sandbox", rec.ID, "pid", pid, "err", err)
-		}
-		procs.hold(rec.ID, pid, es.takeHeld())
-		es.start(pid, nil)
-		failed = false
-		return
-	}
-	es.start(pid, nil)
+	es.start(proc.PID())
 	wctx, stopWait := s.streamContext(r.Context())
 	defer stopWait()
 	st, err := proc.Wait(wctx)
@@ -153,7 +139,25 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		es.exit(st)
 		failed = false
 	}
-	procs.remove(rec.ID, pid)
+}
+
+// execBackground starts a background process detached, so its output
+// waits in the sandbox for an attach, and answers with the start event
+// alone. The server keeps nothing of the process, its timeout included
+// (the sandbox enforces it): attach, signal and stdin reach it by pid or
+// tag through the session, from this server or another. It reports
+// whether the process started.
+func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id string, sess sandbox.Session, xr sandbox.ExecRequest, timeout time.Duration) bool {
+	xr.Timeout = timeout
+	pid, err := sess.StartDetached(r.Context(), xr)
+	if err != nil {
+		s.fail(w, r, err)
+		return false
+	}
+	es := newEventStream(w, func(n int64) { s.countOut(id, n) })
+	defer es.close()
+	es.start(pid)
+	return true
 }
 
 func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -167,18 +171,14 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	defer end()
-	procs := s.procs()
-	held := procs.takeHeld(rec.ID, sel)
 	es := newEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
 	defer es.close()
 	proc, err := sess.Attach(r.Context(), sel, es.output("stdout"), es.output("stderr"))
 	if err != nil {
-		procs.giveBack(rec.ID, sel, held)
 		s.fail(w, r, fmt.Errorf("attaching to process %s in sandbox %s: %w", selString(sel), rec.ID, err))
 		return
 	}
-	pid := proc.PID()
-	es.start(pid, held)
+	es.start(proc.PID())
 	wctx, stopWait := s.streamContext(r.Context())
 	defer stopWait()
 	st, err := proc.Wait(wctx)
@@ -196,7 +196,6 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
 		es.fail(s.public(r, err))
 	default:
 		es.exit(st)
-		procs.remove(rec.ID, pid)
 	}
 }
 
@@ -227,7 +226,9 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	s.withProcess(w, r, c, func(ctx context.Context, p sandbox.Process) error { return p.Signal(ctx, sig) })
+	s.withProcess(w, r, c, func(ctx context.Context, sess sandbox.Session, sel sandbox.ProcessSelector) error {
+		return sess.Signal(ctx, sel, sig)
+	})
 }
 
 func (s *Server) stdin(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -236,14 +237,14 @@ func (s *Server) stdin(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	body := &countingReader{r: http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)}
-	s.withProcess(w, r, c, func(ctx context.Context, p sandbox.Process) error {
+	s.withProcess(w, r, c, func(ctx context.Context, sess sandbox.Session, sel sandbox.ProcessSelector) error {
 		// Only here is the sandbox known to be the caller's.
 		defer func() { s.countIn(r.PathValue("id"), body.n) }()
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := body.Read(buf)
 			if n > 0 {
-				if werr := p.Write(ctx, buf[:n]); werr != nil {
+				if werr := sess.WriteStdin(ctx, sel, buf[:n]); werr != nil {
 					return werr
 				}
 			}
@@ -258,12 +259,14 @@ func (s *Server) stdin(w http.ResponseWriter, r *http.Request, c *caller) {
 }
 
 func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request, c *caller) {
-	s.withProcess(w, r, c, func(ctx context.Context, p sandbox.Process) error { return p.CloseStdin(ctx) })
+	s.withProcess(w, r, c, func(ctx context.Context, sess sandbox.Session, sel sandbox.ProcessSelector) error {
+		return sess.CloseStdin(ctx, sel)
+	})
 }
 
-// withProcess runs f on the process the path names and answers 204, or
-// the error.
-func (s *Server) withProcess(w http.ResponseWriter, r *http.Request, c *caller, f func(context.Context, sandbox.Process) error) {
+// withProcess runs f on the session and the process the path names, and
+// answers 204, or the error.
+func (s *Server) withProcess(w http.ResponseWriter, r *http.Request, c *caller, f func(context.Context, sandbox.Session, sandbox.ProcessSelector) error) {
 	sel, err := selector(r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -273,15 +276,7 @@ func (s *Server) withProcess(w http.ResponseWriter, r *http.Request, c *caller, 
 	if !ok {
 		return
 	}
-	p, release, err := s.procs().handle(r.Context(), sess, sel)
-	if err == nil {
-		err = f(r.Context(), p)
-		release()
-	}
-	if err != nil {
-		if errors.Is(err, sandbox.ErrNotFound) {
-			s.procs().forget(rec.ID, sel)
-		}
+	if err := f(r.Context(), sess, sel); err != nil {
 		s.fail(w, r, fmt.Errorf("process %s in sandbox %s: %w", selString(sel), rec.ID, err))
 		return
 	}
@@ -352,15 +347,14 @@ type eventStream struct {
 	timedOut atomic.Bool
 
 	// mu guards the fields below and serialises writes to w.
-	mu       sync.Mutex
-	live     bool // the start event is out: output goes to w
-	detached bool // a background process's stream: output is dropped
-	closed   bool // the handler is done with w: nothing more is written
-	held     []api.ExecEvent
-	size     int   // data bytes in held
-	dropped  int64 // output bytes not held (over maxHeld)
-	werr     error // the first write error: the client is gone
-	buf      bytes.Buffer
+	mu      sync.Mutex
+	live    bool // the start event is out: output goes to w
+	closed  bool // the handler is done with w: nothing more is written
+	held    []api.ExecEvent
+	size    int   // data bytes in held
+	dropped int64 // output bytes not held (over maxHeld)
+	werr    error // the first write error: the client is gone
+	buf     bytes.Buffer
 }
 
 func newEventStream(w http.ResponseWriter, count func(int64)) *eventStream {
@@ -383,9 +377,8 @@ func (o outputWriter) Write(p []byte) (int, error) {
 		chunk := rest[:min(len(rest), maxEventData)]
 		rest = rest[len(chunk):]
 		switch {
-		case e.closed || e.detached || e.werr != nil:
-			// Nobody to deliver to; the process is being killed or has
-			// been detached.
+		case e.closed || e.werr != nil:
+			// Nobody to deliver to; the process is being killed.
 		case !e.live:
 			if e.size+len(chunk) > maxHeld {
 				e.dropped += int64(len(chunk))
@@ -401,9 +394,9 @@ func (o outputWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// start writes the headers, the start event, the events of prefix and
-// what was held, and from then on output goes straight out.
-func (e *eventStream) start(pid int, prefix []api.ExecEvent) {
+// start writes the headers, the start event and what was held, and from
+// then on output goes straight out.
+func (e *eventStream) start(pid int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	h := e.w.Header()
@@ -414,9 +407,6 @@ func (e *eventStream) start(pid int, prefix []api.ExecEvent) {
 	e.rc.SetWriteDeadline(time.Time{})
 	e.w.WriteHeader(http.StatusOK)
 	e.writeLocked(api.ExecEvent{Type: "start", PID: pid})
-	for _, ev := range prefix {
-		e.writeLocked(ev)
-	}
 	e.held = e.heldNoteLocked()
 	for _, ev := range e.held {
 		e.writeLocked(ev)
@@ -433,16 +423,6 @@ func (e *eventStream) heldNoteLocked() []api.ExecEvent {
 	}
 	note := fmt.Appendf(nil, "[cove: %d bytes of output were dropped here while the stream started]\n", e.dropped)
 	return append(e.held, api.ExecEvent{Type: "stderr", Data: note})
-}
-
-// takeHeld returns what was held and drops any later output: for a
-// background process, whose start stream ends at the start event.
-func (e *eventStream) takeHeld() []api.ExecEvent {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	h := e.heldNoteLocked()
-	e.held, e.size, e.dropped, e.detached = nil, 0, 0, true
-	return h
 }
 
 // exit and fail write the stream's last event and leave it unflushed:
@@ -492,139 +472,6 @@ func (e *eventStream) flushLocked() {
 	if err := e.rc.Flush(); err != nil {
 		e.werr = err
 	}
-}
-
-// ---- process handles ----
-
-// procTable keeps the handles of the processes this server started, by
-// sandbox and pid. The contract's only other way to a handle is Attach,
-// and an attach takes the output that was waiting for the client's next
-// attach; signals and stdin must not. It also keeps the output a
-// background process's start stream took before detaching, for the next
-// attach. A server that restarts loses it and falls back to Attach.
-type procTable struct {
-	// mu guards m.
-	mu sync.Mutex
-	m  map[string]map[int]*procEntry // sandbox id -> pid -> entry
-}
-
-type procEntry struct {
-	proc sandbox.Process
-	held []api.ExecEvent
-}
-
-// maxProcEntries bounds a sandbox's table; past it, entries of processes
-// that no longer run are dropped.
-const maxProcEntries = 1024
-
-// procs is the server's table of the background processes it started.
-func (s *Server) procs() *procTable { return s.procTable }
-
-func (t *procTable) add(sandboxID string, p sandbox.Process) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ps := t.m[sandboxID]
-	if ps == nil {
-		ps = map[int]*procEntry{}
-		t.m[sandboxID] = ps
-	}
-	if len(ps) >= maxProcEntries {
-		// Ended processes are the oldest pids more often than not; with
-		// no way to ask cheaply, drop the lowest half.
-		pids := make([]int, 0, len(ps))
-		for pid := range ps {
-			pids = append(pids, pid)
-		}
-		sort.Ints(pids)
-		for _, pid := range pids[:len(pids)/2] {
-			delete(ps, pid)
-		}
-	}
-	ps[p.PID()] = &procEntry{proc: p}
-}
-
-// findLocked returns the entry the selector names, or nil.
-func (t *procTable) findLocked(sandboxID string, sel sandbox.ProcessSelector) (int, *procEntry) {
-	ps := t.m[sandboxID]
-	if sel.Tag == "" {
-		return sel.PID, ps[sel.PID]
-	}
-	for pid, e := range ps {
-		if e.proc.Tag() == sel.Tag {
-			return pid, e
-		}
-	}
-	return 0, nil
-}
-
-func (t *procTable) hold(sandboxID string, pid int, held []api.ExecEvent) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e := t.m[sandboxID][pid]; e != nil {
-		e.held = held
-	}
-}
-
-// takeHeld returns (and forgets) the output kept for the next attach.
-func (t *procTable) takeHeld(sandboxID string, sel sandbox.ProcessSelector) []api.ExecEvent {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, e := t.findLocked(sandboxID, sel)
-	if e == nil {
-		return nil
-	}
-	h := e.held
-	e.held = nil
-	return h
-}
-
-// giveBack returns held output an attach could not deliver.
-func (t *procTable) giveBack(sandboxID string, sel sandbox.ProcessSelector, held []api.ExecEvent) {
-	if len(held) == 0 {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, e := t.findLocked(sandboxID, sel); e != nil {
-		e.held = append(held, e.held...)
-	}
-}
-
-func (t *procTable) remove(sandboxID string, pid int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.m[sandboxID], pid)
-	if len(t.m[sandboxID]) == 0 {
-		delete(t.m, sandboxID)
-	}
-}
-
-func (t *procTable) forget(sandboxID string, sel sandbox.ProcessSelector) {
-	t.mu.Lock()
-	pid, e := t.findLocked(sandboxID, sel)
-	t.mu.Unlock()
-	if e != nil {
-		t.remove(sandboxID, pid)
-	}
-}
-
-// handle returns a handle on the process sel names, and what to call when
-// done with it.
-func (t *procTable) handle(ctx context.Context, sess sandbox.Session, sel sandbox.ProcessSelector) (sandbox.Process, func(), error) {
-	t.mu.Lock()
-	_, e := t.findLocked(sess.ID(), sel)
-	t.mu.Unlock()
-	if e != nil {
-		return e.proc, func() {}, nil
-	}
-	// Not started by this server (or before a restart): a short attach.
-	// Output that arrives while it is attached, with no other client
-	// attached, is lost to the next attach.
-	p, err := sess.Attach(ctx, sel, nil, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, func() { p.Detach() }, nil
 }
 
 // ---- PTY ----

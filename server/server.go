@@ -116,10 +116,7 @@ type Server struct {
 	keys  map[string]cachedKey
 
 	metrics *serverMetrics
-	// procTable keeps the handles of background processes started
-	// through the API (io.go).
-	procTable *procTable
-	done      chan struct{}
+	done    chan struct{}
 	// closingCtx ends when Close begins (streams watch it).
 	closingCtx  context.Context
 	stopClosing context.CancelFunc
@@ -182,7 +179,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl, ownFleet: own,
 		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
 		metrics: newMetrics(), done: make(chan struct{}), keys: map[string]cachedKey{},
-		procTable: &procTable{m: map[string]map[int]*procEntry{}}, egress: out}
+		egress: out}
 	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
 	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.created,

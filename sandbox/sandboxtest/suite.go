@@ -172,6 +172,7 @@ var groups = []struct {
 		{"WaitContext", testWaitContext},
 		{"ResizeWithoutPTY", testResizeWithoutPTY},
 	}},
+	{"ProcessBySelector", processBySelectorTests},
 	{"Snapshot", []suiteTest{
 		{"RoundTrip", testSnapshotRoundTrip},
 		{"RestoreNames", testRestoreNames},

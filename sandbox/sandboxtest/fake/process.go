@@ -102,6 +102,9 @@ func (s *Session) start(ctx context.Context, req sandbox.ExecRequest) (*fakeProc
 	if err := checkEnv(req.Env); err != nil {
 		return nil, nil, err
 	}
+	if req.Timeout < 0 {
+		return nil, nil, fmt.Errorf("negative timeout %v: %w", req.Timeout, sandbox.ErrInvalid)
+	}
 	if err := s.lock(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -119,6 +122,7 @@ func (s *Session) start(ctx context.Context, req sandbox.ExecRequest) (*fakeProc
 		p.stdin.close()
 	}
 	go p.run(prog, pr)
+	p.killAfter(req.Timeout)
 	go p.watch()
 	return p, att, nil
 }

@@ -1,4 +1,4 @@
-package guest
+package fsys
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -97,14 +98,14 @@ type lookupOpts struct {
 
 // lookup resolves p (absolute in the sandbox, relative to the request's
 // confinement or else to the workdir, with the escapes of decodePath)
-// inside the root and the request's confinement (see withConfine). A
+// inside the root and the request's confinement (see WithConfine). A
 // symlink that leads outside either, "..", a NUL byte or an over-long
 // name gives an error wrapping sandbox.ErrInvalid; a missing directory on
 // the way or a file in the place of one gives the errno (ENOENT,
 // ENOTDIR), for the caller to name the operation. A missing final entry
 // is not an error: the node says where it would be created. The caller
 // closes the node.
-func (s *Server) lookup(ctx context.Context, p string, o lookupOpts) (*node, error) {
+func (s *Service) lookup(ctx context.Context, p string, o lookupOpts) (*node, error) {
 	return s.lookupIn(confineOf(ctx), p, o)
 }
 
@@ -115,7 +116,7 @@ func confineOf(ctx context.Context) string {
 }
 
 // lookupIn is lookup with the confinement given ("" for none).
-func (s *Server) lookupIn(confine, p string, o lookupOpts) (*node, error) {
+func (s *Service) lookupIn(confine, p string, o lookupOpts) (*node, error) {
 	sp, err := s.absPath(confine, p)
 	if err != nil {
 		return nil, err
@@ -126,12 +127,12 @@ func (s *Server) lookupIn(confine, p string, o lookupOpts) (*node, error) {
 	if !sandbox.Within(confine, sp) {
 		return nil, fmt.Errorf("path %q is outside %s: %w", p, confine, sandbox.ErrInvalid)
 	}
-	return s.walk(p, sp, confine, o)
+	return s.walkPath(p, sp, confine, o)
 }
 
 // absPath is the clean absolute sandbox path that p names, before any
 // symlink: relative paths are under the confinement, else the workdir.
-func (s *Server) absPath(confine, p string) (string, error) {
+func (s *Service) absPath(confine, p string) (string, error) {
 	p = decodePath(p)
 	if p == "" {
 		p = "."
@@ -146,9 +147,9 @@ func (s *Server) absPath(confine, p string) (string, error) {
 	return sandbox.ResolvePath("/", p)
 }
 
-// walk resolves the clean absolute sandbox path sp, requested as p.
-func (s *Server) walk(p, sp, confine string, o lookupOpts) (*node, error) {
-	rootFD, err := s.fs.rootFD()
+// walkPath resolves the clean absolute sandbox path sp, requested as p.
+func (s *Service) walkPath(p, sp, confine string, o lookupOpts) (*node, error) {
+	rootFD, err := s.rootFD()
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +297,7 @@ func openBeneath(rootFD int, rel string) (int, error) {
 // host), an absolute target is a host path and counts only when it is
 // under Root, and a relative one may not climb above Root. ok is false
 // when the link leads outside the sandbox.
-func (s *Server) linkDest(dirSP, target string) (dest string, ok bool) {
+func (s *Service) linkDest(dirSP, target string) (dest string, ok bool) {
 	root := s.cfg.Root
 	if path.IsAbs(target) {
 		if root == "/" {
@@ -470,21 +471,21 @@ func mapOSError(err error) error {
 	return err
 }
 
-// ConfineHeader, a Cove extension, narrows a request's paths to a
+// wire.ConfineHeader, a Cove extension, narrows a request's paths to a
 // directory of the sandbox (the workspace): the sandbox.Session contract
 // confines every path to the workspace, symlinks included, while envd's
 // clients may reach the whole sandbox.
-const ConfineHeader = "X-Cove-Confine"
 
 type confineKey struct{}
 
-// withConfine reads ConfineHeader into the request's context.
-func withConfine(h http.Handler) http.Handler {
+// WithConfine reads wire.ConfineHeader into the request's context, for
+// lookup and Resolve.
+func WithConfine(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c := r.Header.Get(ConfineHeader); c != "" {
+		if c := r.Header.Get(wire.ConfineHeader); c != "" {
 			root, err := sandbox.ResolvePath("/", decodePath(c))
 			if err != nil || !path.IsAbs(c) {
-				writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("%s header %q: want an absolute sandbox path", ConfineHeader, c))
+				wire.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s header %q: want an absolute sandbox path", wire.ConfineHeader, c))
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), confineKey{}, root))
@@ -493,12 +494,12 @@ func withConfine(h http.Handler) http.Handler {
 	})
 }
 
-// resolveCtx resolves p for the request in ctx (see lookup) to its
+// Resolve resolves p for the request in ctx (see lookup) to its
 // sandbox path and where that is on the host, for what must be named by
 // path (a process's working directory).
 // A path through a missing directory or a file is not an error: the
 // result is the path as asked, which the caller finds missing.
-func (s *Server) resolveCtx(ctx context.Context, p string, follow bool) (sandboxPath, hostPath string, err error) {
+func (s *Service) Resolve(ctx context.Context, p string, follow bool) (sandboxPath, hostPath string, err error) {
 	n, err := s.lookup(ctx, p, lookupOpts{follow: follow})
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		sp, err := s.absPath(confineOf(ctx), p)

@@ -1,9 +1,13 @@
-package guest
+// Package procs is the daemon's process service: envd's Process Connect
+// service (start, connect, list, input, signals, PTY size) over processes
+// whose output waits in a bounded log per process, so a client that
+// leaves and comes back (or another one) reads on from where the last one
+// stopped. Package guest assembles it into the daemon.
+package procs
 
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +27,8 @@ import (
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
+	"github.com/cove-sandbox/cove/guest/internal/fsys"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -57,9 +63,34 @@ type proc struct {
 	finished time.Time
 }
 
-// processManager implements the process service.
-type processManager struct {
-	srv    *Server
+// Config configures a Manager.
+type Config struct {
+	// Workdir is the sandbox path processes without a cwd start in.
+	Workdir string
+	// KeepAlive is how often a quiet process stream gets a keepalive.
+	KeepAlive time.Duration
+	// OutputBuffer bounds the output kept per process for a client that
+	// attaches later.
+	OutputBuffer int
+	// Reap makes the manager wait for every child, as pid 1 must.
+	Reap bool
+	// OOMCounter, when set, reads the sandbox's count of OOM kills.
+	OOMCounter func() int64
+	// Spawn starts every process (cmd.Start, or the runtime's own).
+	Spawn func(cmd *exec.Cmd) error
+	// FS resolves working directories and users inside the sandbox.
+	FS *fsys.Service
+	// Env copies the daemon's environment for processes (its
+	// configuration plus envd's /init) into env.
+	Env func(env map[string]string)
+}
+
+// Manager implements the process service: it starts processes, keeps
+// their output in a log per process for the streams that attach to it,
+// and reaches them by pid or tag for input, signals and attaches. The
+// daemon fills Config in (see guest.NewServer).
+type Manager struct {
+	cfg    Config
 	reaper *reaper // nil unless the daemon reaps every child
 
 	// mu guards the maps.
@@ -67,7 +98,7 @@ type processManager struct {
 	running  map[int]*proc
 	tags     map[string]*proc
 	finished []*proc
-	streams  map[string]*attachedStream // by StreamHeader id
+	streams  map[string]*attachedStream // by wire.StreamHeader id
 
 	// devNull is the stdin of processes started without one, opened once
 	// (reads see end of file whatever other readers did); nil if it could
@@ -79,23 +110,18 @@ type processManager struct {
 	oomSeen map[string]int64
 }
 
-// StreamHeader, a Cove extension, names a Start or Connect stream so the
-// client can detach it with POST /cove/detach?stream=ID and know, when
-// that returns, that later output waits for the next client. Cancelling a
-// stream alone races with output already in flight.
-const StreamHeader = "X-Cove-Stream"
-
 type attachedStream struct {
 	log    *outLog
 	cursor *cursor
 	cancel context.CancelFunc
 }
 
-var _ processconnect.ProcessHandler = (*processManager)(nil)
+var _ processconnect.ProcessHandler = (*Manager)(nil)
 
-func newProcessManager(s *Server) *processManager {
-	m := &processManager{srv: s, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
-	if s.cfg.Reap {
+// New returns a process manager for cfg.
+func New(cfg Config) *Manager {
+	m := &Manager{cfg: cfg, running: map[int]*proc{}, tags: map[string]*proc{}, streams: map[string]*attachedStream{}}
+	if cfg.Reap {
 		m.reaper = startReaper()
 	}
 	if f, err := os.Open(os.DevNull); err == nil {
@@ -105,15 +131,15 @@ func newProcessManager(s *Server) *processManager {
 	if f, n := oomKills(); n >= 0 {
 		m.oomSeen[f] = n
 	}
-	if s.cfg.OOMCounter != nil {
-		m.oomSeen["runtime"] = s.cfg.OOMCounter()
+	if cfg.OOMCounter != nil {
+		m.oomSeen["runtime"] = cfg.OOMCounter()
 	}
 	return m
 }
 
 // find looks a process up by selector among running and recently ended
 // ones.
-func (m *processManager) find(sel *pb.ProcessSelector) (*proc, error) {
+func (m *Manager) find(sel *pb.ProcessSelector) (*proc, error) {
 	if sel == nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no process selector: give a pid or a tag"))
 	}
@@ -144,7 +170,7 @@ func (m *processManager) find(sel *pb.ProcessSelector) (*proc, error) {
 	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("empty process selector: give a pid or a tag"))
 }
 
-func (m *processManager) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+func (m *Manager) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	m.mu.Lock()
 	out := make([]*pb.ProcessInfo, 0, len(m.running))
 	for _, p := range m.running {
@@ -159,29 +185,42 @@ func (m *processManager) List(ctx context.Context, req *connect.Request[pb.ListR
 	return connect.NewResponse(&pb.ListResponse{Processes: out}), nil
 }
 
-func (m *processManager) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
-	user, err := m.srv.requestUser(req.Header())
+func (m *Manager) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	user, err := m.cfg.FS.RequestUser(req.Header())
 	if err != nil {
-		return connectError(err)
+		return wire.ConnectError(err)
+	}
+	killAfter, err := killAfter(req.Header())
+	if err != nil {
+		return wire.ConnectError(err)
 	}
 	p, err := m.start(ctx, req.Msg, user)
 	if err != nil {
-		return connectError(err)
+		return wire.ConnectError(err)
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		m.killAt(p, deadline)
 	}
+	if killAfter > 0 {
+		m.killAt(p, time.Now().Add(killAfter))
+	}
+	start := &pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}
+	if req.Header().Get(wire.DetachedHeader) != "" {
+		// No cursor: the output waits in the log, from its first byte,
+		// for the first Connect.
+		return stream.Send(start)
+	}
 	c := p.log.attach(true)
-	if err := stream.Send(&pb.StartResponse{Event: &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: uint32(p.pid)}}}}); err != nil {
+	if err := stream.Send(start); err != nil {
 		p.log.detach(c)
 		return err
 	}
-	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	ctx, unregister := m.register(ctx, req.Header().Get(wire.StreamHeader), p, c)
 	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) })
 }
 
-func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+func (m *Manager) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return err
@@ -191,20 +230,34 @@ func (m *processManager) Connect(ctx context.Context, req *connect.Request[pb.Co
 		p.log.detach(c)
 		return err
 	}
-	ctx, unregister := m.register(ctx, req.Header().Get(StreamHeader), p, c)
+	ctx, unregister := m.register(ctx, req.Header().Get(wire.StreamHeader), p, c)
 	defer unregister()
 	return m.stream(ctx, p, c, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
+}
+
+// killAfter reads a Start call's wire.KillAfterHeader; 0 when absent.
+func killAfter(h http.Header) (time.Duration, error) {
+	v := h.Get(wire.KillAfterHeader)
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 || ms > int64(365*24*time.Hour/time.Millisecond) {
+		return 0, fmt.Errorf("%s %q: give a number of milliseconds, at least 1 and at most a year: %w", wire.KillAfterHeader, v, sandbox.ErrInvalid)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // killAt kills p's process group at deadline unless it has ended by
 // then. The deadline of a Start call (Connect-Timeout-Ms, which E2B's
 // SDKs send as a command's timeoutMs, 60 s by default) is the command's,
 // as in envd: it holds whether or not the client is still attached, and
-// the stream itself ends at the same moment with deadline_exceeded. A
-// Start without a deadline (Session.Start, a detached command) and the
-// deadline of a Connect call (a client that reattaches for a while) do
-// not limit the process.
-func (m *processManager) killAt(p *proc, deadline time.Time) {
+// the stream itself ends at the same moment with deadline_exceeded. Cove's
+// clients send wire.KillAfterHeader instead (sandbox.ExecRequest.Timeout),
+// which kills the same way but leaves the stream to end with the process.
+// The deadline of a Connect call (a client that reattaches for a while)
+// does not limit the process.
+func (m *Manager) killAt(p *proc, deadline time.Time) {
 	t := time.AfterFunc(time.Until(deadline), func() {
 		select {
 		case <-p.exited:
@@ -220,11 +273,11 @@ func (m *processManager) killAt(p *proc, deadline time.Time) {
 	}()
 }
 
-// register records a named stream so detachStream can end it: the
+// register records a named stream so DetachStream can end it: the
 // returned context ends when it does. The caller unregisters the stream
 // when it ends. (Not context.AfterFunc: its goroutine would cost a
 // wakeup per exec.)
-func (m *processManager) register(ctx context.Context, id string, p *proc, c *cursor) (context.Context, func()) {
+func (m *Manager) register(ctx context.Context, id string, p *proc, c *cursor) (context.Context, func()) {
 	if id == "" || len(id) > 128 {
 		return ctx, func() {}
 	}
@@ -243,10 +296,10 @@ func (m *processManager) register(ctx context.Context, id string, p *proc, c *cu
 	}
 }
 
-// detachStream serves POST /cove/detach?stream=ID: the stream stops
+// DetachStream serves POST /cove/detach?stream=ID: the stream stops
 // taking output before this returns. An unknown id is not an error: the
 // stream has already ended.
-func (m *processManager) detachStream(w http.ResponseWriter, r *http.Request) {
+func (m *Manager) DetachStream(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("stream")
 	m.mu.Lock()
 	st := m.streams[id]
@@ -262,9 +315,9 @@ func (m *processManager) detachStream(w http.ResponseWriter, r *http.Request) {
 // stream sends a process's output from cursor c, keepalives while it is
 // quiet, and the end event, until the process ends or the client leaves.
 // The process outlives the stream.
-func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send func(*pb.ProcessEvent) error) error {
+func (m *Manager) stream(ctx context.Context, p *proc, c *cursor, send func(*pb.ProcessEvent) error) error {
 	defer p.log.detach(c)
-	keep := time.NewTicker(m.srv.cfg.KeepAlive)
+	keep := time.NewTicker(m.cfg.KeepAlive)
 	defer keep.Stop()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -291,7 +344,7 @@ func (m *processManager) stream(ctx context.Context, p *proc, c *cursor, send fu
 			p.log.consume(c, 1)
 		}
 		if len(evs) > 0 {
-			keep.Reset(m.srv.cfg.KeepAlive)
+			keep.Reset(m.cfg.KeepAlive)
 			continue
 		}
 		if done {
@@ -329,119 +382,22 @@ func dataEvent(ev logEvent) *pb.ProcessEvent {
 }
 
 // start launches a process and its output pumps.
-func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *sysUser) (*proc, error) {
+func (m *Manager) start(ctx context.Context, req *pb.StartRequest, user *fsys.User) (*proc, error) {
 	cfg := req.GetProcess()
-	if cfg == nil || strings.TrimSpace(cfg.Cmd) == "" {
-		return nil, fmt.Errorf("no command: set process.cmd to the program to run: %w", sandbox.ErrInvalid)
+	if err := m.admit(cfg, req.GetTag()); err != nil {
+		return nil, err
 	}
-	if strings.IndexByte(cfg.Cmd, 0) >= 0 {
-		return nil, fmt.Errorf("command contains a NUL byte: %w", sandbox.ErrInvalid)
-	}
-	tag := req.GetTag()
-	m.mu.Lock()
-	if len(m.running) >= maxProcesses {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("%d processes are already running, the most one sandbox may have: %w", maxProcesses, sandbox.ErrLimit)
-	}
-	if tag != "" {
-		if _, ok := m.tags[tag]; ok {
-			m.mu.Unlock()
-			return nil, fmt.Errorf("a running process already has tag %q; pick another tag: %w", tag, sandbox.ErrExist)
-		}
-	}
-	m.mu.Unlock()
-
-	cwd := m.srv.cfg.Workdir
-	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		cwd = *cfg.Cwd
-	}
-	sandboxDir, hostDir, err := m.srv.resolveCtx(ctx, cwd, true)
-	if err != nil {
-		return nil, fmt.Errorf("working directory: %w", err)
-	}
-	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
-	}
-
-	env := m.srv.processEnv(cfg.Envs, user, sandboxDir)
-	path, err := lookPath(cfg.Cmd, env["PATH"])
+	cmd, err := m.command(ctx, cfg, user)
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: path, Args: append([]string{cfg.Cmd}, cfg.Args...), Dir: hostDir, Env: envList(env)}
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	if user != nil && os.Geteuid() == 0 && (user.uid != 0 || user.gid != 0) {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.uid), Gid: uint32(user.gid), Groups: user.groups}
-	}
-
-	p := &proc{tag: tag, config: cfg, log: newOutLog(m.srv.cfg.OutputBuffer), exited: make(chan struct{})}
-	var toClose []*os.File // the child's ends, closed in the parent after start
-	var readers []struct {
-		f    *os.File
-		kind byte
-	}
-	fail := func(err error) (*proc, error) {
-		for _, f := range toClose {
-			f.Close()
-		}
-		for _, r := range readers {
-			r.f.Close()
-		}
-		if p.stdin != nil {
-			p.stdin.Close()
-		}
+	p := &proc{tag: req.GetTag(), config: cfg, log: newOutLog(m.cfg.OutputBuffer), exited: make(chan struct{})}
+	pio, err := m.stdio(cmd, p, req)
+	if err != nil {
 		return nil, err
 	}
-	if req.Pty != nil {
-		ptmx, tty, err := pty.Open()
-		if err != nil {
-			return fail(fmt.Errorf("opening a pseudo-terminal: %w", err))
-		}
-		if sz := req.Pty.GetSize(); sz != nil && sz.Cols > 0 && sz.Rows > 0 {
-			pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)})
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		cmd.SysProcAttr.Setsid = true
-		cmd.SysProcAttr.Setctty = true
-		toClose = append(toClose, tty)
-		p.pty = ptmx
-		readers = append(readers, struct {
-			f    *os.File
-			kind byte
-		}{ptmx, kindPTY})
-	} else {
-		cmd.SysProcAttr.Setpgid = true
-		if req.Stdin == nil || *req.Stdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				return fail(err)
-			}
-			cmd.Stdin = r
-			toClose = append(toClose, r)
-			p.stdin = w
-		} else if m.devNull != nil {
-			cmd.Stdin = m.devNull
-		}
-		for _, kind := range []byte{kindStdout, kindStderr} {
-			r, w, err := outputPipe()
-			if err != nil {
-				return fail(err)
-			}
-			if kind == kindStdout {
-				cmd.Stdout = w
-			} else {
-				cmd.Stderr = w
-			}
-			toClose = append(toClose, w)
-			readers = append(readers, struct {
-				f    *os.File
-				kind byte
-			}{r, kind})
-		}
-	}
-
 	startFn := func() (int, error) {
-		if err := m.srv.cfg.Spawn(cmd); err != nil {
+		if err := m.cfg.Spawn(cmd); err != nil {
 			return 0, err
 		}
 		return cmd.Process.Pid, nil
@@ -454,34 +410,169 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		wait, pid, err = waitDirect(startFn)
 	}
 	if err != nil {
-		return fail(startError(cfg.Cmd, err))
+		pio.fail(p)
+		return nil, startError(cfg.Cmd, err)
 	}
-	for _, f := range toClose {
-		f.Close()
-	}
+	pio.started()
 	p.pid = pid
 
 	m.mu.Lock()
 	m.running[pid] = p
-	if tag != "" {
-		m.tags[tag] = p
+	if p.tag != "" {
+		m.tags[p.tag] = p
 	}
 	m.mu.Unlock()
+	go m.run(p, cmd, pio.readers, wait)
+	return p, nil
+}
 
-	pump := func(f *os.File, kind byte) {
-		defer f.Close()
-		buf := make([]byte, readChunk)
-		for {
-			n, err := f.Read(buf)
-			if n > 0 {
-				p.log.append(context.Background(), kind, append([]byte(nil), buf[:n]...))
-			}
-			if err != nil {
-				// EIO on a PTY master means the terminal side closed.
-				return
-			}
+// admit checks a start request against the daemon's limits and tags.
+func (m *Manager) admit(cfg *pb.ProcessConfig, tag string) error {
+	if cfg == nil || strings.TrimSpace(cfg.Cmd) == "" {
+		return fmt.Errorf("no command: set process.cmd to the program to run: %w", sandbox.ErrInvalid)
+	}
+	if strings.IndexByte(cfg.Cmd, 0) >= 0 {
+		return fmt.Errorf("command contains a NUL byte: %w", sandbox.ErrInvalid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.running) >= maxProcesses {
+		return fmt.Errorf("%d processes are already running, the most one sandbox may have: %w", maxProcesses, sandbox.ErrLimit)
+	}
+	if tag != "" {
+		if _, ok := m.tags[tag]; ok {
+			return fmt.Errorf("a running process already has tag %q; pick another tag: %w", tag, sandbox.ErrExist)
 		}
 	}
+	return nil
+}
+
+// command builds the command of cfg: its program on the sandbox's PATH,
+// its working directory (confined), environment and user.
+func (m *Manager) command(ctx context.Context, cfg *pb.ProcessConfig, user *fsys.User) (*exec.Cmd, error) {
+	cwd := m.cfg.Workdir
+	if cfg.Cwd != nil && *cfg.Cwd != "" {
+		cwd = *cfg.Cwd
+	}
+	sandboxDir, hostDir, err := m.cfg.FS.Resolve(ctx, cwd, true)
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
+	}
+	env := m.processEnv(cfg.Envs, user, sandboxDir)
+	path, err := lookPath(cfg.Cmd, env["PATH"])
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: append([]string{cfg.Cmd}, cfg.Args...), Dir: hostDir, Env: envList(env)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if user != nil && os.Geteuid() == 0 && (user.UID != 0 || user.GID != 0) {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(user.UID), Gid: uint32(user.GID), Groups: user.Groups}
+	}
+	return cmd, nil
+}
+
+// outReader is the parent's end of a child's output: a pipe or a PTY.
+type outReader struct {
+	f    *os.File
+	kind byte
+}
+
+// procIO is what stdio set up for a child: the ends the parent reads and
+// the child's ends, which the parent closes once the child has them.
+type procIO struct {
+	readers []outReader
+	child   []*os.File
+}
+
+// started closes the child's ends in the parent.
+func (pio *procIO) started() {
+	for _, f := range pio.child {
+		f.Close()
+	}
+}
+
+// fail closes everything of a child that did not start.
+func (pio *procIO) fail(p *proc) {
+	pio.started()
+	for _, r := range pio.readers {
+		r.f.Close()
+	}
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+}
+
+// stdio gives cmd its standard input and output: a PTY when req asks for
+// one, else pipes (stdin only when req keeps it open).
+func (m *Manager) stdio(cmd *exec.Cmd, p *proc, req *pb.StartRequest) (*procIO, error) {
+	pio := &procIO{}
+	if req.Pty != nil {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, fmt.Errorf("opening a pseudo-terminal: %w", err)
+		}
+		if sz := req.Pty.GetSize(); sz != nil && sz.Cols > 0 && sz.Rows > 0 {
+			pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)})
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		pio.child = append(pio.child, tty)
+		p.pty = ptmx
+		pio.readers = append(pio.readers, outReader{ptmx, kindPTY})
+		return pio, nil
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if req.Stdin == nil || *req.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdin = r
+		pio.child = append(pio.child, r)
+		p.stdin = w
+	} else if m.devNull != nil {
+		cmd.Stdin = m.devNull
+	}
+	for _, kind := range []byte{kindStdout, kindStderr} {
+		r, w, err := outputPipe()
+		if err != nil {
+			pio.fail(p)
+			return nil, err
+		}
+		if kind == kindStdout {
+			cmd.Stdout = w
+		} else {
+			cmd.Stderr = w
+		}
+		pio.child = append(pio.child, w)
+		pio.readers = append(pio.readers, outReader{r, kind})
+	}
+	return pio, nil
+}
+
+// pump copies what a child writes to f into p's log, until f ends.
+func (p *proc) pump(f *os.File, kind byte) {
+	defer f.Close()
+	buf := make([]byte, readChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			p.log.append(context.Background(), kind, append([]byte(nil), buf[:n]...))
+		}
+		if err != nil {
+			// EIO on a PTY master means the terminal side closed.
+			return
+		}
+	}
+}
+
+// run reads a started process's output until it ends, then records how
+// it ended and moves it to the ended processes.
+func (m *Manager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() exitInfo) {
 	// Without a PTY, the goroutine that waits for the process reads its
 	// stdout itself (the end waits for all output anyway): a goroutine and
 	// a hand-off fewer per process. A PTY is read until shortly after the
@@ -498,48 +589,45 @@ func (m *processManager) start(ctx context.Context, req *pb.StartRequest, user *
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
-			pump(r.f, r.kind)
+			p.pump(r.f, r.kind)
 		}()
 	}
-	go func() {
-		if inline >= 0 {
-			pump(readers[inline].f, readers[inline].kind)
-		}
-		info := wait()
-		cmd.Process.Release()
-		if p.pty != nil {
-			// Descendants may hold the terminal open; the shell is gone,
-			// so stop reading after a short drain.
-			go func() { time.Sleep(100 * time.Millisecond); p.pty.Close() }()
-		}
-		pumps.Wait()
-		end := endEvent(info, m.oomKilled)
-		if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
-			msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.srv.cfg.OutputBuffer)
-			end.Error = &msg
-		}
-		p.mu.Lock()
-		p.end = end
-		if p.stdin != nil {
-			p.stdin.Close()
-			p.stdin = nil
-		}
-		p.mu.Unlock()
-		m.mu.Lock()
-		delete(m.running, pid)
-		if tag != "" && m.tags[tag] == p {
-			delete(m.tags, tag)
-		}
-		p.finished = time.Now()
-		m.finished = append(m.finished, p)
-		m.pruneLocked()
-		m.mu.Unlock()
-		// exited before the log closes: a stream that sees the log done
-		// sends the end at once instead of waiting on exited.
-		close(p.exited)
-		p.log.close()
-	}()
-	return p, nil
+	if inline >= 0 {
+		p.pump(readers[inline].f, readers[inline].kind)
+	}
+	info := wait()
+	cmd.Process.Release()
+	if p.pty != nil {
+		// Descendants may hold the terminal open; the shell is gone,
+		// so stop reading after a short drain.
+		go func() { time.Sleep(100 * time.Millisecond); p.pty.Close() }()
+	}
+	pumps.Wait()
+	end := endEvent(info, m.oomKilled)
+	if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
+		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.cfg.OutputBuffer)
+		end.Error = &msg
+	}
+	p.mu.Lock()
+	p.end = end
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.mu.Unlock()
+	m.mu.Lock()
+	delete(m.running, p.pid)
+	if p.tag != "" && m.tags[p.tag] == p {
+		delete(m.tags, p.tag)
+	}
+	p.finished = time.Now()
+	m.finished = append(m.finished, p)
+	m.pruneLocked()
+	m.mu.Unlock()
+	// exited before the log closes: a stream that sees the log done
+	// sends the end at once instead of waiting on exited.
+	close(p.exited)
+	p.log.close()
 }
 
 // outputPipe makes a pipe for a child's output. Only the parent's read end
@@ -560,7 +648,7 @@ func outputPipe() (r, w *os.File, err error) {
 }
 
 // pruneLocked forgets ended processes past their keep time or count.
-func (m *processManager) pruneLocked() {
+func (m *Manager) pruneLocked() {
 	cut := 0
 	for cut < len(m.finished) && (len(m.finished)-cut > maxFinished || time.Since(m.finished[cut].finished) > finishedKeep) {
 		cut++
@@ -571,10 +659,10 @@ func (m *processManager) pruneLocked() {
 // oomKilled reports whether the out-of-memory killer has killed anything
 // since it was last asked: its cgroup counter rose. It is asked only when
 // a process died of SIGKILL, so the counter is not read on every start.
-func (m *processManager) oomKilled() bool {
+func (m *Manager) oomKilled() bool {
 	f, n := oomKills()
-	if m.srv.cfg.OOMCounter != nil {
-		f, n = "runtime", m.srv.cfg.OOMCounter()
+	if m.cfg.OOMCounter != nil {
+		f, n = "runtime", m.cfg.OOMCounter()
 	}
 	if n < 0 {
 		return false
@@ -647,16 +735,12 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // processEnv builds a process's environment: defaults, the daemon's
 // configured env, then the request's.
-func (s *Server) processEnv(req map[string]string, user *sysUser, dir string) map[string]string {
+func (m *Manager) processEnv(req map[string]string, user *fsys.User, dir string) map[string]string {
 	env := map[string]string{"PATH": defaultPath, "HOME": "/", "LANG": "C.UTF-8"}
 	if user != nil {
-		env["HOME"], env["USER"], env["LOGNAME"] = user.home, user.name, user.name
+		env["HOME"], env["USER"], env["LOGNAME"] = user.Home, user.Name, user.Name
 	}
-	s.envMu.RLock()
-	for k, v := range s.env {
-		env[k] = v
-	}
-	s.envMu.RUnlock()
+	m.cfg.Env(env)
 	for k, v := range req {
 		env[k] = v
 	}
@@ -673,7 +757,7 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-func (m *processManager) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+func (m *Manager) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -722,18 +806,18 @@ func (p *proc) write(in *pb.ProcessInput) error {
 	return fmt.Errorf("empty input: set stdin or pty: %w", sandbox.ErrInvalid)
 }
 
-func (m *processManager) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+func (m *Manager) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	if err := p.write(req.Msg.GetInput()); err != nil {
-		return nil, connectError(err)
+		return nil, wire.ConnectError(err)
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
 }
 
-func (m *processManager) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+func (m *Manager) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
 	var p *proc
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
@@ -747,7 +831,7 @@ func (m *processManager) StreamInput(ctx context.Context, stream *connect.Client
 				return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("input before a start event: send the process selector first"))
 			}
 			if err := p.write(ev.Data.GetInput()); err != nil {
-				return nil, connectError(err)
+				return nil, wire.ConnectError(err)
 			}
 		}
 	}
@@ -757,7 +841,7 @@ func (m *processManager) StreamInput(ctx context.Context, stream *connect.Client
 	return connect.NewResponse(&pb.StreamInputResponse{}), nil
 }
 
-func (m *processManager) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+func (m *Manager) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -781,7 +865,7 @@ func (m *processManager) SendSignal(ctx context.Context, req *connect.Request[pb
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }
 
-func (m *processManager) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+func (m *Manager) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
 	p, err := m.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
@@ -798,8 +882,8 @@ func (m *processManager) CloseStdin(ctx context.Context, req *connect.Request[pb
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
 
-// closeAll kills every running process group.
-func (m *processManager) closeAll() {
+// CloseAll kills every running process group.
+func (m *Manager) CloseAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for pid := range m.running {
@@ -871,47 +955,4 @@ func readCounter(file, key string) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// sysUser is a user of the sandbox's /etc/passwd.
-type sysUser struct {
-	name     string
-	uid, gid int
-	home     string
-	groups   []uint32
-}
-
-// requestUser picks the user a request runs as: the one it names (see
-// requestUserName), else the daemon's default; nil when neither is set.
-func (s *Server) requestUser(h interface{ Get(string) string }) (*sysUser, error) {
-	name, err := requestUserName(h)
-	if err != nil {
-		return nil, err
-	}
-	if name == "" {
-		name = s.cfg.User
-	}
-	if name == "" {
-		return nil, nil
-	}
-	u, ok := s.fs.names.user(s, name)
-	if !ok {
-		return nil, fmt.Errorf("user %q does not exist in the sandbox; name a user from its /etc/passwd: %w", name, sandbox.ErrPermission)
-	}
-	return u, nil
-}
-
-// requestUserName is the user envd's clients name in a Basic
-// authorization header ("user:"), or "".
-func requestUserName(h interface{ Get(string) string }) (string, error) {
-	auth := h.Get("Authorization")
-	if !strings.HasPrefix(auth, "Basic ") {
-		return "", nil
-	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(auth, "Basic "))
-	if err != nil {
-		return "", fmt.Errorf("malformed Basic authorization header: want base64 of \"user:\": %w", sandbox.ErrInvalid)
-	}
-	name, _, _ := strings.Cut(string(raw), ":")
-	return name, nil
 }

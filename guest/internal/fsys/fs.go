@@ -1,4 +1,11 @@
-package guest
+// Package fsys is the daemon's filesystem service: envd's Filesystem
+// Connect service (stat, list, mkdir, move, remove, watch), envd's /files
+// endpoints and Cove's /cove/tar, and the sandbox's users and groups. Every
+// path is resolved by file descriptor inside the sandbox's root (openat2
+// with RESOLVE_IN_ROOT, or a component walk), and every operation acts on
+// what was opened, so a tree the sandbox changes meanwhile cannot lead the
+// daemon out of it. Package guest assembles it into the daemon.
+package fsys
 
 import (
 	"bufio"
@@ -9,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"slices"
@@ -24,11 +32,12 @@ import (
 
 	pb "github.com/cove-sandbox/cove/guest/gen/filesystem"
 	"github.com/cove-sandbox/cove/guest/gen/filesystem/filesystemconnect"
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
-// fsService serves envd's filesystem.Filesystem service and the /files and
-// /cove/tar HTTP endpoints. Every path goes through Server.lookup, which
+// Service serves envd's filesystem.Filesystem service and the /files and
+// /cove/tar HTTP endpoints. Every path goes through lookup, which
 // resolves it by descriptor inside the sandbox root (and the directory a
 // client confines its request to with ConfineHeader), and every
 // operation acts on what lookup opened, so a tree the sandbox changes
@@ -36,10 +45,10 @@ import (
 // sandbox paths only (encoded, see encodePath), never where Root lives on
 // the host.
 //
-// The zero value (plus srv) is ready to use: NewServer builds it as
-// &fsService{srv: s}.
-type fsService struct {
-	srv *Server
+// Create it with New.
+type Service struct {
+	cfg Config
+	log *slog.Logger
 
 	// names caches the sandbox's /etc/passwd and /etc/group.
 	names idNames
@@ -57,9 +66,9 @@ type fsService struct {
 }
 
 // rootFD is the descriptor every lookup starts from.
-func (f *fsService) rootFD() (int, error) {
+func (f *Service) rootFD() (int, error) {
 	f.rootOnce.Do(func() {
-		fd, err := unix.Open(f.srv.cfg.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(f.cfg.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			f.rootErr = fmt.Errorf("opening the sandbox's root: %w: %w", sandbox.ErrUnavailable, err)
 			return
@@ -72,12 +81,34 @@ func (f *fsService) rootFD() (int, error) {
 	return int(f.root.Fd()), nil
 }
 
-var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
+// Config configures a Service.
+type Config struct {
+	// Root is the host directory that is the sandbox's "/"; every path is
+	// confined to it.
+	Root string
+	// Workdir is the sandbox path relative paths start in.
+	Workdir string
+	// User is the default user requests act as ("" means the daemon's
+	// own).
+	User string
+	// KeepAlive is how often a watch stream gets a keepalive event.
+	KeepAlive time.Duration
+	// Logger receives the service's logs.
+	Logger *slog.Logger
+}
+
+// New returns the filesystem service of cfg, which the daemon has filled
+// in (Root absolute and resolved, KeepAlive and Logger set).
+func New(cfg Config) *Service {
+	return &Service{cfg: cfg, log: cfg.Logger}
+}
+
+var _ filesystemconnect.FilesystemHandler = (*Service)(nil)
 
 // Stat describes one entry without following a final symlink (envd's
 // entryInfo uses lstat).
-func (f *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
+func (f *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	n, err := f.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
 	if err != nil {
 		return nil, f.rpcError(pathError("reading", req.Msg.GetPath(), err))
 	}
@@ -92,12 +123,12 @@ func (f *fsService) Stat(ctx context.Context, req *connect.Request[pb.StatReques
 // MakeDir creates a directory and its parents. As in envd, an existing
 // directory is AlreadyExists and an existing non-directory is
 // InvalidArgument.
-func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+func (f *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
 	o, err := f.ownerFor(req.Header(), "")
 	if err != nil {
 		return nil, f.rpcError(err)
 	}
-	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{follow: true, mkdir: true, owner: o})
+	n, err := f.lookup(ctx, req.Msg.GetPath(), lookupOpts{follow: true, mkdir: true, owner: o})
 	if err != nil {
 		return nil, f.rpcError(pathError("creating directory", req.Msg.GetPath(), err))
 	}
@@ -127,16 +158,15 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDir
 	return nil, f.rpcError(fmt.Errorf("%q already exists and is not a directory; remove it first or pick another path: %w", encodePath(n.sp), sandbox.ErrInvalid))
 }
 
-// NoReplaceHeader, a Cove extension, makes Move refuse an existing
+// wire.NoReplaceHeader, a Cove extension, makes Move refuse an existing
 // destination with AlreadyExists (renameat2 with RENAME_NOREPLACE: no
 // window between the check and the move), where envd's Move replaces it.
-const NoReplaceHeader = "X-Cove-No-Replace"
 
 // Move renames source to destination, creating destination's parents.
 // Like rename(2) (and envd), an existing destination file is replaced,
 // unless the request carries NoReplaceHeader.
-func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	src, err := f.srv.lookup(ctx, req.Msg.GetSource(), lookupOpts{})
+func (f *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	src, err := f.lookup(ctx, req.Msg.GetSource(), lookupOpts{})
 	if err != nil {
 		return nil, f.rpcError(pathError("moving", req.Msg.GetSource(), err))
 	}
@@ -148,7 +178,7 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveReques
 	if err != nil {
 		return nil, f.rpcError(err)
 	}
-	dst, err := f.srv.lookup(ctx, req.Msg.GetDestination(), lookupOpts{mkdir: true, owner: o})
+	dst, err := f.lookup(ctx, req.Msg.GetDestination(), lookupOpts{mkdir: true, owner: o})
 	if err != nil {
 		return nil, f.rpcError(pathError("moving to", req.Msg.GetDestination(), err))
 	}
@@ -157,7 +187,7 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[pb.MoveReques
 		return nil, f.rpcError(fmt.Errorf("cannot move %q to %q: the sandbox root cannot be moved or replaced: %w", encodePath(src.sp), encodePath(dst.sp), sandbox.ErrInvalid))
 	}
 	var flags uint
-	if req.Header().Get(NoReplaceHeader) != "" {
+	if req.Header().Get(wire.NoReplaceHeader) != "" {
 		flags = unix.RENAME_NOREPLACE
 	}
 	if err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, flags); err != nil {
@@ -188,19 +218,19 @@ func cmpErr(err, def error) error {
 // depth levels; 0 means 1. Entries keep the requested path as their
 // prefix, come in lexical pre-order, and symlinked directories are listed
 // but never descended into.
-func (f *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+func (f *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
 	depth := int(req.Msg.GetDepth())
 	if depth <= 0 {
 		depth = 1
 	}
-	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
+	n, err := f.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
 	if err != nil {
 		return nil, f.rpcError(pathError("listing", req.Msg.GetPath(), err))
 	}
 	sp := n.sp
 	if n.isSymlink() {
 		n.close()
-		if n, err = f.srv.lookup(ctx, sp, lookupOpts{follow: true}); err != nil {
+		if n, err = f.lookup(ctx, sp, lookupOpts{follow: true}); err != nil {
 			return nil, f.rpcError(pathError("listing", sp, err))
 		}
 	}
@@ -227,7 +257,7 @@ func (f *fsService) ListDir(ctx context.Context, req *connect.Request[pb.ListDir
 // which is at level-1 below the listed directory, recursing while level <
 // depth. Subdirectories are opened relative to fd without following
 // symlinks, so the listing never leaves the tree it started in.
-func (f *fsService) walk(ctx context.Context, fd int, sp string, level, depth int, out *[]*pb.EntryInfo) error {
+func (f *Service) walk(ctx context.Context, fd int, sp string, level, depth int, out *[]*pb.EntryInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -270,8 +300,8 @@ func (f *fsService) walk(ctx context.Context, fd int, sp string, level, depth in
 // Remove deletes a file, a symlink (not its target) or a directory tree.
 // As in envd (os.RemoveAll), a missing path is not an error. The sandbox
 // root itself cannot be removed.
-func (f *fsService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	n, err := f.srv.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
+func (f *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	n, err := f.lookup(ctx, req.Msg.GetPath(), lookupOpts{})
 	if errors.Is(err, unix.ENOENT) {
 		return connect.NewResponse(&pb.RemoveResponse{}), nil
 	}
@@ -337,7 +367,7 @@ func removeAllAt(dir int, name string) error {
 }
 
 // entryInfo describes the entry n without following a final symlink.
-func (f *fsService) entryInfo(ctx context.Context, n *node) (*pb.EntryInfo, error) {
+func (f *Service) entryInfo(ctx context.Context, n *node) (*pb.EntryInfo, error) {
 	if !n.exists {
 		return nil, pathError("reading", n.sp, unix.ENOENT)
 	}
@@ -350,7 +380,7 @@ func (f *fsService) entryInfo(ctx context.Context, n *node) (*pb.EntryInfo, erro
 // confinement), while size and the permissions string ("Lrwxrwxrwx") are
 // the link's own. Names and paths are encoded (encodePath). confine is the
 // request's confinement ("" for none).
-func (f *fsService) entryFromStat(confine string, n *node) *pb.EntryInfo {
+func (f *Service) entryFromStat(confine string, n *node) *pb.EntryInfo {
 	mode := fileMode(n.st.Mode)
 	e := &pb.EntryInfo{
 		Name:         encodePath(path.Base(n.sp)),
@@ -366,7 +396,7 @@ func (f *fsService) entryFromStat(confine string, n *node) *pb.EntryInfo {
 			t = encodePath(t)
 			e.SymlinkTarget = &t
 		}
-		if tn, err := f.srv.lookupIn(confine, n.sp, lookupOpts{follow: true}); err == nil {
+		if tn, err := f.lookupIn(confine, n.sp, lookupOpts{follow: true}); err == nil {
 			if tn.exists {
 				target, hasTarget = fileMode(tn.st.Mode), true
 			}
@@ -377,8 +407,8 @@ func (f *fsService) entryFromStat(confine string, n *node) *pb.EntryInfo {
 		e.Type = fileType(target)
 		e.Mode = uint32(target.Perm())
 	}
-	e.Owner = f.names.name(f.srv, "/etc/passwd", n.st.Uid)
-	e.Group = f.names.name(f.srv, "/etc/group", n.st.Gid)
+	e.Owner = f.names.name(f, "/etc/passwd", n.st.Uid)
+	e.Group = f.names.name(f, "/etc/group", n.st.Gid)
 	return e
 }
 
@@ -432,7 +462,7 @@ type owner struct{ uid, gid int }
 // error that already carries a sentinel (from lookup) is returned as it
 // is.
 func pathError(op, sp string, err error) error {
-	if hasSentinel(err) {
+	if wire.HasSentinel(err) {
 		return err
 	}
 	sp = encodePath(sp)
@@ -477,8 +507,8 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 // scrub rewrites any host path under Root in err's message to the sandbox
 // path. It is a safety net: errors built here already name sandbox paths,
 // but one from deeper down (the tarball package) might not.
-func (f *fsService) scrub(err error) error {
-	root := f.srv.cfg.Root
+func (f *Service) scrub(err error) error {
+	root := f.cfg.Root
 	if err == nil || root == "/" {
 		return err
 	}
@@ -493,35 +523,32 @@ func (f *fsService) scrub(err error) error {
 
 // internal logs an error that matches no sandbox sentinel and returns it
 // with an id to find it in the logs.
-func (f *fsService) internal(err error) error {
+func (f *Service) internal(err error) error {
 	id := newID()
-	f.srv.log.Error("filesystem request failed", "error_id", id, "error", err)
+	f.log.Error("filesystem request failed", "error_id", id, "error", err)
 	return &scrubbedError{msg: fmt.Sprintf("internal error %s: %s", id, err.Error()), err: err}
 }
 
 // rpcError turns err into the Connect error for a reply.
-func (f *fsService) rpcError(err error) error {
+func (f *Service) rpcError(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
-	if !hasSentinel(err) {
+	if !wire.HasSentinel(err) {
 		err = mapOSError(err)
 	}
 	err = f.scrub(err)
-	if codeFor(err) == connect.CodeInternal {
+	if !wire.HasSentinel(err) {
 		var ce *connect.Error
 		if !errors.As(err, &ce) {
 			err = f.internal(err)
 		}
 	}
-	return connectError(err)
+	return wire.ConnectError(err)
 }
-
-// hasSentinel reports whether err wraps one of the sandbox sentinels.
-func hasSentinel(err error) bool { return codeFor(err) != connect.CodeInternal }
 
 func newID() string {
 	var b [8]byte
@@ -547,12 +574,12 @@ type idFile struct {
 	size    int64
 	byID    map[uint32]string
 	// users holds passwd entries by name (nil for group files).
-	users map[string]*sysUser
+	users map[string]*User
 }
 
 // name returns the name of id in the sandbox file (/etc/passwd or
 // /etc/group), or the id in decimal when it has none.
-func (n *idNames) name(s *Server, file string, id uint32) string {
+func (n *idNames) name(s *Service, file string, id uint32) string {
 	if name, ok := n.load(s, file).byID[id]; ok {
 		return name
 	}
@@ -562,7 +589,7 @@ func (n *idNames) name(s *Server, file string, id uint32) string {
 // user looks a user name (or a numeric uid) up in the sandbox's
 // /etc/passwd; a uid it does not list is a user of that uid and gid with
 // / as home.
-func (n *idNames) user(s *Server, name string) (*sysUser, bool) {
+func (n *idNames) user(s *Service, name string) (*User, bool) {
 	f := n.load(s, "/etc/passwd")
 	if u, ok := f.users[name]; ok {
 		return u, true
@@ -571,12 +598,12 @@ func (n *idNames) user(s *Server, name string) (*sysUser, bool) {
 		if u, ok := f.users[f.byID[uint32(id)]]; ok {
 			return u, true
 		}
-		return &sysUser{name: name, uid: int(id), gid: int(id), home: "/", groups: []uint32{uint32(id)}}, true
+		return &User{Name: name, UID: int(id), GID: int(id), Home: "/", Groups: []uint32{uint32(id)}}, true
 	}
 	return nil, false
 }
 
-func (n *idNames) load(s *Server, file string) *idFile {
+func (n *idNames) load(s *Service, file string) *idFile {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.files == nil {
@@ -605,7 +632,7 @@ func (n *idNames) load(s *Server, file string) *idFile {
 }
 
 // openSandboxFile opens the regular file at sandbox path p for reading.
-func (s *Server) openSandboxFile(p string) (*os.File, fs.FileInfo, error) {
+func (s *Service) openSandboxFile(p string) (*os.File, fs.FileInfo, error) {
 	n, err := s.lookupIn("", p, lookupOpts{follow: true})
 	if err != nil {
 		return nil, nil, err
@@ -632,7 +659,7 @@ func (s *Server) openSandboxFile(p string) (*os.File, fs.FileInfo, error) {
 func parseIDFile(fh io.Reader, passwd bool) *idFile {
 	out := &idFile{byID: make(map[uint32]string)}
 	if passwd {
-		out.users = make(map[string]*sysUser)
+		out.users = make(map[string]*User)
 	}
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {
@@ -654,7 +681,7 @@ func parseIDFile(fh io.Reader, passwd bool) *idFile {
 				if len(fields) >= 6 && fields[5] != "" {
 					home = fields[5]
 				}
-				out.users[fields[0]] = &sysUser{name: fields[0], uid: int(id), gid: int(gid), home: home, groups: []uint32{uint32(gid)}}
+				out.users[fields[0]] = &User{Name: fields[0], UID: int(id), GID: int(gid), Home: home, Groups: []uint32{uint32(gid)}}
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package guest
+package fsys
 
 import (
 	"archive/tar"
@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
@@ -35,13 +36,13 @@ type uploadEntry struct {
 // download serves GET /files?path=...: the file's bytes, gzip-compressed
 // when the client's Accept-Encoding prefers it (as envd), with Range and
 // conditional requests served uncompressed by http.ServeContent.
-func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
+func (f *Service) Download(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if _, err := f.ownerFor(r.Header, q.Get("username")); err != nil {
 		f.httpError(w, err)
 		return
 	}
-	n, err := f.srv.lookup(r.Context(), q.Get("path"), lookupOpts{follow: true})
+	n, err := f.lookup(r.Context(), q.Get("path"), lookupOpts{follow: true})
 	if err != nil {
 		f.httpError(w, pathError("downloading", q.Get("path"), err))
 		return
@@ -68,7 +69,7 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 		encoding = ""
 	}
 	if encoding == "" {
-		writeJSONError(w, http.StatusNotAcceptable, "no acceptable content encoding: this endpoint sends gzip or identity (identity only for Range and conditional requests)")
+		wire.WriteError(w, http.StatusNotAcceptable, "no acceptable content encoding: this endpoint sends gzip or identity (identity only for Range and conditional requests)")
 		return
 	}
 
@@ -92,18 +93,18 @@ func (f *fsService) download(w http.ResponseWriter, r *http.Request) {
 	}
 	gz := gzip.NewWriter(w)
 	if _, err := io.Copy(gz, fh); err != nil {
-		f.srv.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
+		f.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
 		panic(http.ErrAbortHandler) // make the client see a broken stream, not a short file
 	}
 	if err := gz.Close(); err != nil {
-		f.srv.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
+		f.log.Warn("gzip download failed", "path", sp, "error", f.scrub(err))
 	}
 }
 
 // openRegular opens the regular file n for reading, by descriptor: one
 // that is a directory, a device, a fifo or a socket (or was swapped for
 // one since lookup) is refused without blocking on it.
-func (f *fsService) openRegular(n *node, op string) (*os.File, error) {
+func (f *Service) openRegular(n *node, op string) (*os.File, error) {
 	switch {
 	case !n.exists:
 		return nil, pathError(op, n.sp, unix.ENOENT)
@@ -137,7 +138,7 @@ func (f *fsService) openRegular(n *node, op string) (*os.File, error) {
 // such as 0600) sets the files' mode. Each file is streamed
 // to a temporary file in its directory and renamed into place; missing
 // parents are created. The reply is a JSON array of the written entries.
-func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
+func (f *Service) Upload(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	o, err := f.ownerFor(r.Header, q.Get("username"))
 	if err != nil {
@@ -201,7 +202,7 @@ func (f *fsService) upload(w http.ResponseWriter, r *http.Request) {
 
 // uploadParts writes every "file" part of a multipart body; other fields
 // are skipped. As in envd, two parts may not name the same path.
-func (f *fsService) uploadParts(ctx context.Context, mr *multipart.Reader, q map[string][]string, opts writeOptions) ([]uploadEntry, error) {
+func (f *Service) uploadParts(ctx context.Context, mr *multipart.Reader, q map[string][]string, opts writeOptions) ([]uploadEntry, error) {
 	var entries []uploadEntry
 	for {
 		part, err := mr.NextPart()
@@ -230,7 +231,7 @@ func (f *fsService) uploadParts(ctx context.Context, mr *multipart.Reader, q map
 			part.Close()
 			return nil, fmt.Errorf("a \"file\" part has no filename; name the file in the part's filename or pass ?path=: %w", sandbox.ErrInvalid)
 		}
-		n, err := f.srv.lookup(ctx, target, lookupOpts{follow: true})
+		n, err := f.lookup(ctx, target, lookupOpts{follow: true})
 		if err == nil {
 			n.close()
 			for _, e := range entries {
@@ -239,7 +240,7 @@ func (f *fsService) uploadParts(ctx context.Context, mr *multipart.Reader, q map
 					return nil, fmt.Errorf("two parts of one upload name %q; only the first was written; upload one file per path: %w", e.Path, sandbox.ErrInvalid)
 				}
 			}
-		} else if hasSentinel(err) {
+		} else if wire.HasSentinel(err) {
 			part.Close()
 			return nil, err
 		}
@@ -283,9 +284,9 @@ func unixMode(bits uint32) fs.FileMode {
 // and, when the daemon can, its owner; a new one gets 0644; opts can set
 // both. The temporary file is made, written, chowned, chmodded and renamed
 // into place by descriptor in the directory lookup opened.
-func (f *fsService) writeFile(ctx context.Context, p string, r io.Reader, opts writeOptions) (uploadEntry, error) {
+func (f *Service) writeFile(ctx context.Context, p string, r io.Reader, opts writeOptions) (uploadEntry, error) {
 	o := opts.owner
-	n, err := f.srv.lookup(ctx, p, lookupOpts{follow: true, mkdir: true, owner: o})
+	n, err := f.lookup(ctx, p, lookupOpts{follow: true, mkdir: true, owner: o})
 	if err != nil {
 		return uploadEntry{}, pathError("writing", p, err)
 	}
@@ -353,9 +354,9 @@ func (f *fsService) writeFile(ctx context.Context, p string, r io.Reader, opts w
 // tarDownload serves GET /cove/tar?path=DIR: the tree under DIR as a tar
 // stream (members relative to DIR). The tree is walked from a descriptor
 // of DIR and never leaves it.
-func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
+func (f *Service) TarDownload(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Query().Get("path")
-	n, err := f.srv.lookup(r.Context(), p, lookupOpts{follow: true})
+	n, err := f.lookup(r.Context(), p, lookupOpts{follow: true})
 	if err != nil {
 		f.httpError(w, pathError("archiving", p, err))
 		return
@@ -392,7 +393,7 @@ func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
 			f.httpError(w, pathError("archiving", sp, err))
 			return
 		}
-		f.srv.log.Warn("tar download failed", "path", sp, "error", f.scrub(err))
+		f.log.Warn("tar download failed", "path", sp, "error", f.scrub(err))
 		// The status is sent; break the stream so the client cannot take
 		// a truncated archive for a whole one.
 		panic(http.ErrAbortHandler)
@@ -404,14 +405,14 @@ func (f *fsService) tarDownload(w http.ResponseWriter, r *http.Request) {
 // would escape DIR is refused with 400 naming it; members before it may
 // have been written. The extraction works from a descriptor of DIR and
 // never leaves it.
-func (f *fsService) tarUpload(w http.ResponseWriter, r *http.Request) {
+func (f *Service) TarUpload(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	o, err := f.ownerFor(r.Header, q.Get("username"))
 	if err != nil {
 		f.httpError(w, err)
 		return
 	}
-	n, err := f.srv.lookup(r.Context(), q.Get("path"), lookupOpts{follow: true, mkdir: true, owner: o})
+	n, err := f.lookup(r.Context(), q.Get("path"), lookupOpts{follow: true, mkdir: true, owner: o})
 	if err != nil {
 		f.httpError(w, pathError("extracting into", q.Get("path"), err))
 		return
@@ -475,33 +476,33 @@ func tarName(sp string) string {
 // can change. nil when the daemon is not root (an unprivileged daemon
 // cannot give files away, so the name is accepted and ignored) or no user
 // applies. An unknown user is ErrPermission (401, envd's answer).
-func (f *fsService) ownerFor(h http.Header, username string) (*owner, error) {
+func (f *Service) ownerFor(h http.Header, username string) (*owner, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
 	if username != "" {
 		// ?username= wins over the authorization header.
-		h = http.Header{"Authorization": {"Basic " + basicUser(username)}}
+		h = http.Header{"Authorization": {"Basic " + wire.BasicUser(username)}}
 	}
-	u, err := f.srv.requestUser(h)
+	u, err := f.RequestUser(h)
 	if err != nil || u == nil {
 		return nil, err
 	}
-	return &owner{u.uid, u.gid}, nil
+	return &owner{u.UID, u.GID}, nil
 }
 
 // httpError writes err in envd's JSON error shape with the status its
 // sentinel calls for; an error with no sentinel is logged and gets an id.
-func (f *fsService) httpError(w http.ResponseWriter, err error) {
-	if !hasSentinel(err) {
+func (f *Service) httpError(w http.ResponseWriter, err error) {
+	if !wire.HasSentinel(err) {
 		err = mapOSError(err)
 	}
 	err = f.scrub(err)
-	status := httpStatus(err)
+	status := wire.HTTPStatus(err)
 	if status == http.StatusInternalServerError {
 		err = f.internal(err)
 	}
-	writeJSONError(w, status, err.Error())
+	wire.WriteError(w, status, err.Error())
 }
 
 // requestBody returns the request body, decompressed when its

@@ -1,4 +1,4 @@
-package guest
+package fsys
 
 import (
 	"context"
@@ -39,7 +39,7 @@ const (
 // is in place, then one FilesystemEvent per operation with the name
 // relative to the watched directory, and a keepalive event after every
 // quiet keepalive interval. It ends when the client leaves.
-func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
+func (f *Service) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
 	d, err := f.openWatch(ctx, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
 	if err != nil {
 		return f.rpcError(err)
@@ -64,11 +64,11 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchD
 
 // keepAlive is the keepalive interval for a stream: the client's
 // Keepalive-Ping-Interval header (seconds) or the daemon's default.
-func (f *fsService) keepAlive(h http.Header) time.Duration {
+func (f *Service) keepAlive(h http.Header) time.Duration {
 	if n, err := strconv.Atoi(h.Get(keepAliveHeader)); err == nil && n > 0 {
 		return time.Duration(n) * time.Second
 	}
-	return f.srv.cfg.KeepAlive
+	return f.cfg.KeepAlive
 }
 
 // pollWatcher is a watch kept by the daemon between GetWatcherEvents
@@ -87,7 +87,7 @@ var errWatcherBehind = errors.New("watcher fell behind")
 
 // CreateWatcher starts a watch whose events are collected by
 // GetWatcherEvents until RemoveWatcher.
-func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
+func (f *Service) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
 	f.mu.Lock()
 	n := len(f.watchers)
 	f.mu.Unlock()
@@ -137,7 +137,7 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.C
 
 // GetWatcherEvents returns and forgets the events collected since the
 // last call. Once the watch has stopped on an error, it returns that error.
-func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
+func (f *Service) GetWatcherEvents(ctx context.Context, req *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
 	pw, err := f.pollWatcher(req.Msg.GetWatcherId())
 	if err != nil {
 		return nil, f.rpcError(err)
@@ -153,7 +153,7 @@ func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[p
 }
 
 // RemoveWatcher stops a watch and forgets it.
-func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
+func (f *Service) RemoveWatcher(ctx context.Context, req *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
 	id := req.Msg.GetWatcherId()
 	pw, err := f.pollWatcher(id)
 	if err != nil {
@@ -167,7 +167,7 @@ func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[pb.R
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
 }
 
-func (f *fsService) pollWatcher(id string) (*pollWatcher, error) {
+func (f *Service) pollWatcher(id string) (*pollWatcher, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pw, ok := f.watchers[id]
@@ -177,8 +177,8 @@ func (f *fsService) pollWatcher(id string) (*pollWatcher, error) {
 	return pw, nil
 }
 
-// closeWatchers stops every polling watcher.
-func (f *fsService) closeWatchers() {
+// CloseWatchers stops every polling watcher.
+func (f *Service) CloseWatchers() {
 	f.mu.Lock()
 	ws := f.watchers
 	f.watchers = nil
@@ -198,7 +198,7 @@ func (f *fsService) closeWatchers() {
 // are named by the watch they come from, and the entries of
 // IncludeEntry are looked up again inside the request's confinement.
 type dirWatch struct {
-	f                       *fsService
+	f                       *Service
 	confine                 string // the request's confinement, "" for none
 	sp                      string // the watched directory
 	recursive, includeEntry bool
@@ -229,8 +229,8 @@ const watchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_DELETE | unix.IN_DEL
 
 // openWatch starts watching the directory p (following it if it is a
 // symlink). The caller calls d.close.
-func (f *fsService) openWatch(ctx context.Context, p string, recursive, includeEntry bool) (*dirWatch, error) {
-	n, err := f.srv.lookup(ctx, p, lookupOpts{follow: true})
+func (f *Service) openWatch(ctx context.Context, p string, recursive, includeEntry bool) (*dirWatch, error) {
+	n, err := f.lookup(ctx, p, lookupOpts{follow: true})
 	if err != nil {
 		return nil, pathError("watching", p, err)
 	}
@@ -435,7 +435,7 @@ func (d *dirWatch) handle(ev inotifyEvent, emit func(*pb.FilesystemEvent) error)
 		return err
 	}
 	if d.recursive && ev.mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 && ev.mask&unix.IN_ISDIR != 0 {
-		n, err := d.f.srv.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{})
+		n, err := d.f.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{})
 		if err != nil {
 			return nil
 		}
@@ -474,7 +474,7 @@ func (d *dirWatch) emit(rel string, mask uint32, emit func(*pb.FilesystemEvent) 
 		// Removed and renamed paths are gone: stat-ing them could only
 		// describe something else that took their place.
 		if d.includeEntry && m.t != pb.EventType_EVENT_TYPE_REMOVE && m.t != pb.EventType_EVENT_TYPE_RENAME {
-			if n, err := d.f.srv.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{}); err == nil {
+			if n, err := d.f.lookupIn(d.confine, path.Join(d.sp, rel), lookupOpts{}); err == nil {
 				if n.exists {
 					e.Entry = d.f.entryFromStat(d.confine, n)
 				}
