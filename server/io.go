@@ -14,8 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -23,6 +21,7 @@ import (
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
+	"github.com/cove-sandbox/cove/server/internal/web"
 )
 
 // ioRoutes: what runs and moves inside a sandbox: exec streams, background
@@ -49,14 +48,6 @@ func (s *Server) ioRoutes() {
 	s.handle("GET /v1/sandboxes/{id}/tar", s.readTar)
 	s.handle("PUT /v1/sandboxes/{id}/tar", s.writeTar)
 }
-
-// maxHeld caps the output held back while an exec or attach stream
-// writes its start event.
-const maxHeld = 256 << 10
-
-// maxEventData caps the output bytes in one NDJSON event, so a runtime
-// that hands over output in large writes still makes lines of bounded size.
-const maxEventData = 64 << 10
 
 // killTimeout bounds the kill of a process whose client left.
 const killTimeout = 5 * time.Second
@@ -104,9 +95,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		failed = !s.execBackground(w, r, rec.ID, sess, xr, timeout)
 		return
 	}
-	es := newEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
-	defer es.close()
-	xr.Stdout, xr.Stderr = es.output("stdout"), es.output("stderr")
+	es := web.NewEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
+	defer es.Close()
+	xr.Stdout, xr.Stderr = es.Output("stdout"), es.Output("stderr")
 	proc, err := sess.Start(r.Context(), xr)
 	if err != nil {
 		s.fail(w, r, err)
@@ -114,12 +105,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	if timeout > 0 {
 		t := time.AfterFunc(timeout, func() {
-			es.timedOut.Store(true)
+			es.TimedOut.Store(true)
 			kill(proc)
 		})
 		defer t.Stop()
 	}
-	es.start(proc.PID())
+	es.Start(proc.PID())
 	wctx, stopWait := s.streamContext(r.Context())
 	defer stopWait()
 	st, err := proc.Wait(wctx)
@@ -127,16 +118,16 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 	case s.closing() && r.Context().Err() == nil && wctx.Err() != nil:
 		// The server is stopping: say so rather than cut the stream.
 		kill(proc)
-		es.fail(api.CodeUnavailable, "the server is shutting down, so the command was stopped; run it again once it is back")
+		es.Fail(api.CodeUnavailable, "the server is shutting down, so the command was stopped; run it again once it is back")
 	case r.Context().Err() != nil:
 		// The client left: a foreground process does not outlive its
 		// stream.
 		kill(proc)
 	case err != nil:
 		kill(proc)
-		es.fail(s.public(r, err))
+		es.Fail(s.public(r, err))
 	default:
-		es.exit(st)
+		es.Exit(st)
 		failed = false
 	}
 }
@@ -154,9 +145,9 @@ func (s *Server) execBackground(w http.ResponseWriter, r *http.Request, id strin
 		s.fail(w, r, err)
 		return false
 	}
-	es := newEventStream(w, func(n int64) { s.countOut(id, n) })
-	defer es.close()
-	es.start(pid)
+	es := web.NewEventStream(w, func(n int64) { s.countOut(id, n) })
+	defer es.Close()
+	es.Start(pid)
 	return true
 }
 
@@ -171,14 +162,14 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	defer end()
-	es := newEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
-	defer es.close()
-	proc, err := sess.Attach(r.Context(), sel, es.output("stdout"), es.output("stderr"))
+	es := web.NewEventStream(w, func(n int64) { s.countOut(rec.ID, n) })
+	defer es.Close()
+	proc, err := sess.Attach(r.Context(), sel, es.Output("stdout"), es.Output("stderr"))
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("attaching to process %s in sandbox %s: %w", selString(sel), rec.ID, err))
 		return
 	}
-	es.start(proc.PID())
+	es.Start(proc.PID())
 	wctx, stopWait := s.streamContext(r.Context())
 	defer stopWait()
 	st, err := proc.Wait(wctx)
@@ -186,16 +177,16 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, c *caller) {
 	case s.closing() && r.Context().Err() == nil && wctx.Err() != nil:
 		// The process goes on; its output waits for the next attach.
 		proc.Detach()
-		es.fail(api.CodeUnavailable, "the server is shutting down; the process keeps running: attach to it again once the server is back")
+		es.Fail(api.CodeUnavailable, "the server is shutting down; the process keeps running: attach to it again once the server is back")
 	case r.Context().Err() != nil:
 		// The client left; the process goes on, its output kept for the
 		// next attach.
 		proc.Detach()
 	case err != nil:
 		proc.Detach()
-		es.fail(s.public(r, err))
+		es.Fail(s.public(r, err))
 	default:
-		es.exit(st)
+		es.Exit(st)
 	}
 }
 
@@ -332,146 +323,6 @@ func kill(p sandbox.Process) {
 func (s *Server) public(r *http.Request, err error) (code, msg string) {
 	_, code, msg = s.failure(r, err)
 	return code, msg
-}
-
-// eventStream writes an exec or attach stream: NDJSON api.ExecEvents,
-// each flushed as it is written. Output is written to the response as the
-// process produces it, while the runtime waits: a client that reads slowly
-// slows the process instead of filling the server's memory. Output that
-// comes before the start event is written is held (bounded) and follows
-// it.
-type eventStream struct {
-	w        http.ResponseWriter
-	rc       *http.ResponseController
-	count    func(int64)
-	timedOut atomic.Bool
-
-	// mu guards the fields below and serialises writes to w.
-	mu      sync.Mutex
-	live    bool // the start event is out: output goes to w
-	closed  bool // the handler is done with w: nothing more is written
-	held    []api.ExecEvent
-	size    int   // data bytes in held
-	dropped int64 // output bytes not held (over maxHeld)
-	werr    error // the first write error: the client is gone
-	buf     bytes.Buffer
-}
-
-func newEventStream(w http.ResponseWriter, count func(int64)) *eventStream {
-	return &eventStream{w: w, rc: http.NewResponseController(w), count: count}
-}
-
-// output is the writer of one stream (stdout or stderr).
-func (e *eventStream) output(kind string) io.Writer { return outputWriter{e, kind} }
-
-type outputWriter struct {
-	e    *eventStream
-	kind string
-}
-
-func (o outputWriter) Write(p []byte) (int, error) {
-	e := o.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for rest := p; len(rest) > 0; {
-		chunk := rest[:min(len(rest), maxEventData)]
-		rest = rest[len(chunk):]
-		switch {
-		case e.closed || e.werr != nil:
-			// Nobody to deliver to; the process is being killed.
-		case !e.live:
-			if e.size+len(chunk) > maxHeld {
-				e.dropped += int64(len(chunk))
-				continue
-			}
-			e.held = append(e.held, api.ExecEvent{Type: o.kind, Data: bytes.Clone(chunk)})
-			e.size += len(chunk)
-		default:
-			e.writeLocked(api.ExecEvent{Type: o.kind, Data: chunk})
-			e.flushLocked()
-		}
-	}
-	return len(p), nil
-}
-
-// start writes the headers, the start event and what was held, and from
-// then on output goes straight out.
-func (e *eventStream) start(pid int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	h := e.w.Header()
-	h.Set("Content-Type", "application/x-ndjson")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	// A stream lasts as long as its process: no server write timeout.
-	e.rc.SetWriteDeadline(time.Time{})
-	e.w.WriteHeader(http.StatusOK)
-	e.writeLocked(api.ExecEvent{Type: "start", PID: pid})
-	e.held = e.heldNoteLocked()
-	for _, ev := range e.held {
-		e.writeLocked(ev)
-	}
-	e.held, e.size, e.dropped = nil, 0, 0
-	e.live = true
-	e.flushLocked()
-}
-
-// heldNoteLocked returns held with a note of what did not fit, if any.
-func (e *eventStream) heldNoteLocked() []api.ExecEvent {
-	if e.dropped == 0 {
-		return e.held
-	}
-	note := fmt.Appendf(nil, "[cove: %d bytes of output were dropped here while the stream started]\n", e.dropped)
-	return append(e.held, api.ExecEvent{Type: "stderr", Data: note})
-}
-
-// exit and fail write the stream's last event and leave it unflushed:
-// the handler returns next, and net/http sends it with the end of the
-// response in one write (one wakeup of the client instead of two).
-func (e *eventStream) exit(st sandbox.ExitStatus) {
-	code := st.Code
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.writeLocked(api.ExecEvent{Type: "exit", ExitCode: &code, Signal: st.Signal, OOM: st.OOM, Error: st.Error, TimedOut: e.timedOut.Load()})
-}
-
-func (e *eventStream) fail(code, msg string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.writeLocked(api.ExecEvent{Type: "error", Code: code, Error: msg})
-}
-
-// close ends the stream's use of the response: the handler returns after
-// it, and the runtime may still deliver output of a process being killed.
-func (e *eventStream) close() {
-	e.mu.Lock()
-	e.closed = true
-	e.mu.Unlock()
-}
-
-func (e *eventStream) writeLocked(ev api.ExecEvent) {
-	if e.closed || e.werr != nil {
-		return
-	}
-	e.buf.Reset()
-	enc := json.NewEncoder(&e.buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(ev) // ends the line
-	n, err := e.w.Write(e.buf.Bytes())
-	e.count(int64(n))
-	if err != nil {
-		e.werr = err
-	}
-}
-
-// flushLocked sends what was written.
-func (e *eventStream) flushLocked() {
-	if e.closed || e.werr != nil {
-		return
-	}
-	if err := e.rc.Flush(); err != nil {
-		e.werr = err
-	}
 }
 
 // ---- PTY ----
