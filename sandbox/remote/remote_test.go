@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/hostproc"
@@ -24,7 +25,6 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/remote"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 	"github.com/cove-sandbox/cove/server"
-	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
