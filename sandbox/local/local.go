@@ -587,10 +587,13 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 			return nil, fmt.Errorf("sandbox %q reached its TTL at %s; create a new one or fork it: %w", id, st.Deadline.Format(time.RFC3339), sandbox.ErrState)
 		}
 		// The disk's last mount (in the namespace of the supervisor that
-		// stopped) may take a moment to go; and a disk made sparse by an
-		// older Cove gets its space reserved, or the resume is refused.
+		// stopped) may take a moment to go: its unmount writes the
+		// filesystem's journal and the loop device flushes its image,
+		// seconds on a host whose disk is busy (measured: 2 s idle, over
+		// 10 s under a full test run). And a disk made sparse by an older
+		// Cove gets its space reserved, or the resume is refused.
 		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
-			if err := d.WaitFree(10 * time.Second); err != nil {
+			if err := d.WaitFree(30 * time.Second); err != nil {
 				return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
 			}
 			if err := d.Reserve(); err != nil {
