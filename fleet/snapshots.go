@@ -62,7 +62,7 @@ func (f *Fleet) Snapshot(ctx context.Context, team, id string) (store.Snapshot, 
 		os.Remove(file)
 		return sn, fmt.Errorf("recording snapshot %s: %w", sn.ID, err)
 	}
-	sweepTemps(filepath.Dir(file), time.Now())
+	SweepTemps(filepath.Dir(file), time.Now())
 	return sn, nil
 }
 
@@ -189,12 +189,13 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// staleTemp is how old a temp file must be before sweepTemps removes it:
+// staleTemp is how old a temp file must be before SweepTemps removes it:
 // older than any write still going on.
 const staleTemp = 24 * time.Hour
 
-// sweepTemps removes temp files left in dir by writes a crash cut short.
-func sweepTemps(dir string, now time.Time) {
+// SweepTemps removes temp files (".tmp-*") left in dir by writes a crash
+// cut short: snapshots here, uploads the front doors spool.
+func SweepTemps(dir string, now time.Time) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return

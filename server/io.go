@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 	"github.com/cove-sandbox/cove/server/internal/web"
@@ -836,7 +837,7 @@ func (s *Server) writeTar(w http.ResponseWriter, r *http.Request, c *caller) {
 // header on the way; the file is returned at its start.
 func (s *Server) spoolTar(body io.Reader) (_ *os.File, err error) {
 	dir := s.tempDir()
-	sweepTemps(dir, time.Now())
+	fleet.SweepTemps(dir, time.Now())
 	f, err := os.CreateTemp(dir, ".tmp-upload-*.tar")
 	if err != nil {
 		return nil, fmt.Errorf("spooling an upload: %w", err)
@@ -876,26 +877,6 @@ func (s *Server) spoolTar(body io.Reader) (_ *os.File, err error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-// staleTemp is how old a temp file must be before sweepTemps removes it:
-// older than any write still going on.
-const staleTemp = 24 * time.Hour
-
-// sweepTemps removes temp files left in dir by writes a crash cut short (uploads, snapshots).
-func sweepTemps(dir string, now time.Time) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), ".tmp-") {
-			continue
-		}
-		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > staleTemp {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
 }
 
 // tempDir is where uploads are spooled.

@@ -59,19 +59,6 @@ func (s *Server) view(rec store.Sandbox) api.Sandbox {
 	return v
 }
 
-func userLabels(l map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range l {
-		if !strings.HasPrefix(k, "cove.") {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 // invalid is a 400 that says what to fix.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, sandbox.ErrInvalid)...)

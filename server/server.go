@@ -141,15 +141,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.DefaultTTL == 0 {
-		cfg.DefaultTTL = 30 * time.Minute
-	}
-	if cfg.MaxTTL == 0 {
-		cfg.MaxTTL = 7 * 24 * time.Hour
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = 7 * 24 * time.Hour
-	}
+	// The TTLs and the retention get their defaults from the fleet.
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
