@@ -892,3 +892,66 @@ func listen(t *testing.T, s sandbox.Session, port int) (stop func()) {
 	}()
 	return func() { _ = l.Close() }
 }
+
+// TestFakeProcessBySelector: the fake keeps the contract's handle-free
+// process calls, so code that drives processes by pid or tag (the server)
+// can be tested on it: a detached start keeps its output for the first
+// attach, stdin and signals reach it by tag or pid from another session,
+// and the errors are the contract's.
+func TestFakeProcessBySelector(t *testing.T) {
+	ctx := context.Background()
+	rt, s := newFakeSession(t, sandbox.Spec{})
+	other, err := rt.Get(ctx, s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTag := sandbox.ProcessSelector{Tag: "feed"}
+	pid, err := s.StartDetached(ctx, sandbox.ExecRequest{Cmd: "cat", Tag: "feed", OpenStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.WriteStdin(ctx, byTag, []byte("before attach ")); err != nil {
+		t.Fatal(err)
+	}
+	var out fakeBuffer
+	h, err := other.Attach(ctx, byTag, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.PID() != pid {
+		t.Errorf("attached to pid %d, want %d", h.PID(), pid)
+	}
+	if err := other.WriteStdin(ctx, sandbox.ProcessSelector{PID: pid}, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.CloseStdin(ctx, sandbox.ProcessSelector{PID: pid}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.Wait(ctx); err != nil || !st.Success() {
+		t.Fatalf("Wait = %+v, %v", st, err)
+	}
+	if got, want := out.String(), "before attach after"; got != want {
+		t.Errorf("attached output %q, want %q (what came before the attach included)", got, want)
+	}
+	fakeWantErr(t, "WriteStdin after the end", other.WriteStdin(ctx, byTag, []byte("x")), sandbox.ErrState)
+	fakeWantErr(t, "Signal after the end", other.Signal(ctx, byTag, sandbox.SIGTERM), sandbox.ErrState)
+	fakeWantErr(t, "Signal of no such tag", other.Signal(ctx, sandbox.ProcessSelector{Tag: "none"}, sandbox.SIGTERM), sandbox.ErrNotFound)
+	fakeWantErr(t, "WriteStdin of no such pid", other.WriteStdin(ctx, sandbox.ProcessSelector{PID: 99999}, []byte("x")), sandbox.ErrNotFound)
+	_, err = s.StartDetached(ctx, sandbox.ExecRequest{Cmd: "cat", Stdout: &out})
+	fakeWantErr(t, "StartDetached with an output writer", err, sandbox.ErrInvalid)
+
+	// A signal by tag ends a process that would run for ever.
+	if _, err := s.StartDetached(ctx, sandbox.ExecRequest{Cmd: "sleep", Tag: "long"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Signal(ctx, sandbox.ProcessSelector{Tag: "long"}, sandbox.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	h, err = other.Attach(ctx, sandbox.ProcessSelector{Tag: "long"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.Wait(ctx); err != nil || st.Signal != "terminated" {
+		t.Errorf("Wait after SIGTERM = %+v, %v; want ended by SIGTERM", st, err)
+	}
+}
