@@ -202,7 +202,7 @@ export function base64Bytes(b64) {
   return out;
 }
 
-// sizes are the server's presets (server/api Sizes).
+// sizes are the server's presets (api.Sizes).
 export const sizes = {
   small: {cpus: 1, memory: 512 << 20, disk: 2 * 1024 ** 3},
   medium: {cpus: 2, memory: 2 * 1024 ** 3, disk: 10 * 1024 ** 3},
