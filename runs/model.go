@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/capabilities"
-	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -73,20 +73,20 @@ func (s *Service) runAgent(ctx context.Context, team string, ag api.RunAgent) (*
 	default:
 		return nil, invalid("agent.approval %q: want never, risky or all", ag.Approval)
 	}
+	// The capabilities a run may name are the standard ones, by the
+	// names they give themselves.
 	var caps []agent.Capability
-	for _, c := range ag.Capabilities {
-		switch c {
-		case "workspace":
-			caps = append(caps, capabilities.Workspace())
-		case "shell":
-			caps = append(caps, capabilities.Shell(sandboxtool.Options{}))
-		case "filesystem":
-			caps = append(caps, capabilities.Filesystem())
-		case "skills":
-			caps = append(caps, capabilities.Skills())
-		default:
-			return nil, invalid("agent.capabilities: %q is not one; want workspace, shell, filesystem or skills", c)
+	all := capabilities.All()
+	for _, name := range ag.Capabilities {
+		i := slices.IndexFunc(all, func(c agent.Capability) bool { return c.Name() == name })
+		if i < 0 {
+			names := make([]string, len(all))
+			for j, c := range all {
+				names[j] = c.Name()
+			}
+			return nil, invalid("agent.capabilities: %q is not one; want one of %s", name, strings.Join(names, ", "))
 		}
+		caps = append(caps, all[i])
 	}
 	if caps == nil {
 		// A run that names none gets the standard set, as before

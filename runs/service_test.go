@@ -264,6 +264,7 @@ func TestServiceCreateRefused(t *testing.T) {
 		{"empty input", api.CreateRun{Input: " "}, sandbox.ErrInvalid},
 		{"approval", api.CreateRun{Input: "x", Agent: api.RunAgent{Approval: "sometimes"}}, sandbox.ErrInvalid},
 		{"missing secret", api.CreateRun{Input: "x", Agent: api.RunAgent{APIKeySecret: "MY_KEY"}}, sandbox.ErrInvalid},
+		{"unknown capability", api.CreateRun{Input: "x", Agent: api.RunAgent{Capabilities: []string{"shell", "network"}}}, sandbox.ErrInvalid},
 		{"no such sandbox", api.CreateRun{Input: "x", SandboxID: "sb_nope"}, sandbox.ErrNotFound},
 	} {
 		if _, err := s.Create(ctx, "alpha", tc.req, nil); !errors.Is(err, tc.want) {
