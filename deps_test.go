@@ -169,7 +169,7 @@ func TestDependencyDirection(t *testing.T) {
 			func(pkg, imp string) bool { return concrete(imp) && implOf(imp) != implOf(pkg) },
 			"an implementation never imports a sibling"},
 		{"test support", func(p string) bool { return !testSupport(p) },
-			func(_, imp string) bool { return testSupport(imp) && !under(imp, "agent/model/fake") },
+			func(_, imp string) bool { return testSupport(imp) },
 			"test helpers are for tests only"},
 		{"internal", func(p string) bool { return !wiring(p) },
 			func(_, imp string) bool { return under(imp, "internal") },
@@ -179,7 +179,7 @@ func TestDependencyDirection(t *testing.T) {
 			"the compute plane (sandbox/..., guest, manifest, template) and the wire types depend on no harness, service or server"},
 		{"harness", func(p string) bool { return under(p, "agent") && !testSupport(p) },
 			func(_, imp string) bool {
-				return under(imp, "guest", "server", "fleet", "runs", "store", "internal") || concrete(imp) && !under(imp, "agent/model")
+				return under(imp, "guest", "server", "fleet", "runs", "store", "internal") || concrete(imp)
 			},
 			"the harness sees sandboxes only through the sandbox contract"},
 		{"services", func(p string) bool { return under(p, "fleet", "runs") },

@@ -187,7 +187,8 @@ func validHostName(s string) bool {
 	return true
 }
 
-// egress is the policy for connections made on a tenant's behalf.
+// Policy is the policy for connections made on a tenant's behalf. Make
+// it with New.
 type Policy struct {
 	allow []rule
 	// ownAddrs lists this host's own addresses (those of its interfaces):
@@ -208,6 +209,11 @@ func (e *Policy) Lookup(ctx context.Context, host string) ([]netip.Addr, error) 
 	return e.lookup(ctx, host)
 }
 
+// New returns the policy that allows, beyond the public internet, the
+// operator's entries (CIDRs, addresses or host names, each with an
+// optional ":port"), resolving names with lookup (nil: the system's
+// resolver). An entry it cannot read is an error wrapping
+// sandbox.ErrInvalid.
 func New(allow []string, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) (*Policy, error) {
 	rules, err := parseAllow(allow)
 	if err != nil {
@@ -242,8 +248,8 @@ func New(allow []string, lookup func(ctx context.Context, host string) ([]netip.
 	return e, nil
 }
 
-// check says whether the server may connect to addr (host is the name
-// it was reached by, "" when none) for a tenant.
+// Check says whether the server may connect to addr (host is the name
+// it was reached by, "" when none) for a tenant: nil, or an *Error.
 func (e *Policy) Check(host string, addr netip.AddrPort) error {
 	a := addr.Addr().Unmap()
 	for _, m := range metadata {
@@ -290,7 +296,7 @@ func hostAddrs() []netip.Addr {
 	return out
 }
 
-// resolve returns the addresses of host (itself when it is one), all of
+// Resolve returns the addresses of host (itself when it is one), all of
 // which the policy allows on port: one refused address refuses the host,
 // as the connection could go to any of them.
 func (e *Policy) Resolve(ctx context.Context, host string, port uint16) ([]netip.Addr, error) {
@@ -314,7 +320,7 @@ func (e *Policy) Resolve(ctx context.Context, host string, port uint16) ([]netip
 	return addrs, nil
 }
 
-// dial connects to address (host:port) for a tenant: the host is resolved
+// Dial connects to address (host:port) for a tenant: the host is resolved
 // once, every address checked, and only those addresses dialled; the
 // dialer checks again on the socket itself, so no path to connect skips
 // the policy.
@@ -352,7 +358,7 @@ func (e *Policy) Dial(ctx context.Context, network, address string) (net.Conn, e
 	return nil, lastErr
 }
 
-// checkURL refuses, before anything is made, a tenant URL (field names it)
+// CheckURL refuses, before anything is made, a tenant URL (field names it)
 // whose host the policy refuses now. The check at dial time is the one
 // that counts; this one turns the obvious cases into a 400.
 func (e *Policy) CheckURL(ctx context.Context, field, raw string) error {

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/capabilities"
-	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -73,20 +73,20 @@ func (s *Service) runAgent(ctx context.Context, team string, ag api.RunAgent) (*
 	default:
 		return nil, invalid("agent.approval %q: want never, risky or all", ag.Approval)
 	}
+	// The capabilities a run may name are the standard ones, by the
+	// names they give themselves.
 	var caps []agent.Capability
-	for _, c := range ag.Capabilities {
-		switch c {
-		case "workspace":
-			caps = append(caps, capabilities.Workspace())
-		case "shell":
-			caps = append(caps, capabilities.Shell(sandboxtool.Options{}))
-		case "filesystem":
-			caps = append(caps, capabilities.Filesystem())
-		case "skills":
-			caps = append(caps, capabilities.Skills())
-		default:
-			return nil, invalid("agent.capabilities: %q is not one; want workspace, shell, filesystem or skills", c)
+	all := capabilities.All()
+	for _, name := range ag.Capabilities {
+		i := slices.IndexFunc(all, func(c agent.Capability) bool { return c.Name() == name })
+		if i < 0 {
+			names := make([]string, len(all))
+			for j, c := range all {
+				names[j] = c.Name()
+			}
+			return nil, invalid("agent.capabilities: %q is not one; want one of %s", name, strings.Join(names, ", "))
 		}
+		caps = append(caps, all[i])
 	}
 	if caps == nil {
 		// A run that names none gets the standard set, as before
@@ -147,12 +147,25 @@ func (s *Service) runModel(ctx context.Context, team string, ag api.RunAgent) (a
 			spec.API = s.cfg.Model.API
 		}
 	}
+	// The operator's endpoint may be an internal address a tenant should
+	// not learn: what a tenant reads calls it by its role.
+	shown := base
+	if base == own {
+		shown = ownModelName
+	}
 	m, err := s.cfg.Models(ctx, spec)
 	if err != nil {
-		return nil, invalid("the run's model: %v (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", err)
+		msg := err.Error()
+		if base == own {
+			msg = strings.ReplaceAll(msg, own, ownModelName)
+		}
+		return nil, invalid("the run's model: %s (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", msg)
 	}
-	return tenantModel{Model: m, log: s.log, baseURL: base}, nil
+	return tenantModel{Model: m, log: s.log, baseURL: base, shown: shown}, nil
 }
+
+// ownModelName is how a tenant reads of the operator's model endpoint.
+const ownModelName = "the server's model endpoint"
 
 // ownModelURL is the operator's model endpoint, as runs compare it.
 func (s *Service) ownModelURL() string {
@@ -168,6 +181,9 @@ type tenantModel struct {
 	agent.Model
 	log     *slog.Logger
 	baseURL string
+	// shown is the endpoint as the tenant reads it: the base URL the run
+	// named, or ownModelName.
+	shown string
 }
 
 func (m tenantModel) Respond(ctx context.Context, req agent.ModelRequest, delta func(string)) (*agent.ModelResponse, error) {
@@ -192,9 +208,9 @@ func (m tenantModel) failure(err error) error {
 	var msg string
 	switch status := re.HTTPStatus(); {
 	case errors.As(err, &refused):
-		msg = fmt.Sprintf("cannot reach the model at %s: %s", m.baseURL, refused.Error())
+		msg = fmt.Sprintf("cannot reach the model at %s: %s", m.shown, refused.Error())
 	case status != 0:
-		msg = fmt.Sprintf("calling model %q at %s: HTTP %d %s", re.ModelName(), m.baseURL, status, http.StatusText(status))
+		msg = fmt.Sprintf("calling model %q at %s: HTTP %d %s", re.ModelName(), m.shown, status, http.StatusText(status))
 		switch status {
 		case http.StatusUnauthorized, http.StatusForbidden:
 			msg += "; check the run's API key (agent.api_key_secret)"
@@ -202,9 +218,9 @@ func (m tenantModel) failure(err error) error {
 			msg += "; check the model name and agent.base_url"
 		}
 	case errors.Is(err, context.DeadlineExceeded):
-		msg = fmt.Sprintf("calling model %q at %s: no answer in time", re.ModelName(), m.baseURL)
+		msg = fmt.Sprintf("calling model %q at %s: no answer in time", re.ModelName(), m.shown)
 	default:
-		msg = fmt.Sprintf("calling model %q at %s: the call failed", re.ModelName(), m.baseURL)
+		msg = fmt.Sprintf("calling model %q at %s: the call failed", re.ModelName(), m.shown)
 	}
 	return &tenantError{msg: msg + " (the server's log has the details under reference " + ref + ")", err: err}
 }

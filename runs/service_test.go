@@ -264,6 +264,7 @@ func TestServiceCreateRefused(t *testing.T) {
 		{"empty input", api.CreateRun{Input: " "}, sandbox.ErrInvalid},
 		{"approval", api.CreateRun{Input: "x", Agent: api.RunAgent{Approval: "sometimes"}}, sandbox.ErrInvalid},
 		{"missing secret", api.CreateRun{Input: "x", Agent: api.RunAgent{APIKeySecret: "MY_KEY"}}, sandbox.ErrInvalid},
+		{"unknown capability", api.CreateRun{Input: "x", Agent: api.RunAgent{Capabilities: []string{"shell", "network"}}}, sandbox.ErrInvalid},
 		{"no such sandbox", api.CreateRun{Input: "x", SandboxID: "sb_nope"}, sandbox.ErrNotFound},
 	} {
 		if _, err := s.Create(ctx, "alpha", tc.req, nil); !errors.Is(err, tc.want) {
@@ -336,6 +337,33 @@ func TestWebhookSignature(t *testing.T) {
 	} {
 		if runs.VerifyWebhook(tc.secret, sig, tc.body, tc.at, time.Minute) == nil {
 			t.Errorf("%s verifies", tc.name)
+		}
+	}
+}
+
+// TestServiceModelFailureWording: a failed call to the operator's own
+// model endpoint tells the tenant its status and a reference, never the
+// endpoint's URL (it may be an internal address) nor the reply's body.
+func TestServiceModelFailureWording(t *testing.T) {
+	model := fake.NewServer(t, fake.Error(500, "internal page of proxy.corp.internal").Forever())
+	s, _ := newService(t, model)
+	ctx := context.Background()
+	run, err := s.Create(ctx, "alpha", api.CreateRun{Input: "hi"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, run := settle(t, s, "alpha", run.ID, 0)
+	if run.Status != api.RunFailed || !strings.Contains(run.Error, "HTTP 500") || !strings.Contains(run.Error, "reference ref_") {
+		t.Fatalf("run = %+v, want failed with the status and a reference", run)
+	}
+	host := strings.TrimPrefix(model.URL, "http://")
+	read := run.Error
+	for _, ev := range evs {
+		read += "\n" + string(ev.Data)
+	}
+	for _, leak := range []string{host, "proxy.corp.internal"} {
+		if strings.Contains(read, leak) {
+			t.Errorf("the tenant reads %q in the run or its events:\n%s", leak, read)
 		}
 	}
 }

@@ -36,7 +36,7 @@ const (
 // that a sandbox's allow list may name.
 func Local(stateDir string) (*local.Runtime, error) {
 	dir := DataDir(stateDir)
-	store, err := template.Open(filepath.Join(dir, "templates"))
+	store, err := Templates(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +56,13 @@ func Local(stateDir string) (*local.Runtime, error) {
 	}
 	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool,
 		Command: shimCmd, InitCommand: initCmd, NetworkAllowPrivate: allowPrivate})
+}
+
+// Templates is the template store of stateDir (DataDir's rules), in
+// DIR/templates: the one the local runtime, cove serve's and cove
+// template share.
+func Templates(stateDir string) (*template.Store, error) {
+	return template.Open(filepath.Join(DataDir(stateDir), "templates"))
 }
 
 // Hostproc is the unisolated runtime of stateDir, the fallback when the
@@ -140,7 +147,7 @@ func serverRuntime(stateDir, data string, pool int, allowPrivate string) (*local
 		return nil, fmt.Errorf("--network-allow-private: %w", err)
 	}
 	dir := DataDir(stateDir)
-	store, err := template.Open(filepath.Join(dir, "templates"))
+	store, err := Templates(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -400,11 +400,14 @@ func (r *agentRun) result() error {
 	if r.original == "" || o.jsonOut {
 		return nil
 	}
-	patch, err := workdir.Diff(r.original, r.finalDir)
+	patch, links, err := workdir.Diff(r.original, r.finalDir)
 	if err != nil {
 		return err
 	}
-	if patch == "" {
+	for _, l := range links {
+		show.note("not in the patch: the link %s (--out copies the workspace with its links)", oneLine(l))
+	}
+	if patch == "" && len(links) == 0 {
 		show.note("no files changed")
 		return nil
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,11 +71,8 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case (sub == "rm" || sub == "remove") && n == 0:
 		return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
 	}
-	dir := *stateDir
-	if dir == "" {
-		dir = app.DataDir("")
-	}
-	st, err := template.Open(filepath.Join(dir, "templates"))
+	dir := app.DataDir(*stateDir)
+	st, err := app.Templates(dir)
 	if err != nil {
 		return err
 	}

@@ -5,24 +5,22 @@ package sandboxtool
 // already judged, and view_image only reads.
 
 import (
-	"encoding/json"
 	"path"
 	"regexp"
 	"strings"
 )
 
 // Risk implements agent.RiskAssessor: an exec_command call is judged by
-// its command line and workdir (RiskyCommand). Arguments that are not an
-// object with a string cmd are not risky: the tool rejects them.
+// its command line and workdir (RiskyCommand), read by the parser the
+// call itself uses, so what is judged is what would run (a lenient
+// decoder would take "CMD" for "cmd"). Arguments the tool rejects are
+// not risky.
 func (execTool) Risk(arguments, root string) (string, bool) {
-	var args struct {
-		Cmd     string `json:"cmd"`
-		Workdir string `json:"workdir"`
-	}
-	if json.Unmarshal([]byte(arguments), &args) != nil {
+	a, err := parseExecArgs(arguments)
+	if err != nil {
 		return "", false
 	}
-	return RiskyCommand(args.Cmd, args.Workdir, root)
+	return RiskyCommand(a.cmd, a.workdir, root)
 }
 
 // Risk implements agent.RiskAssessor: write_stdin and view_image are

@@ -89,3 +89,24 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgedAsRun: a call is judged and shown by the command the tool
+// would run. JSON keys are matched exactly by the tool; a decoder that
+// matched "CMD" to cmd as well would let a model show and get approved
+// one command ("ls") while the tool ran another ("rm -rf ~").
+func TestJudgedAsRun(t *testing.T) {
+	tools, _ := newFakeTools(t, sandboxtool.Options{})
+	exec := tools.ExecCommand()
+	for _, args := range []string{
+		`{"cmd": "rm -rf ~", "CMD": "ls"}`,
+		`{"cmd": "rm -rf ~", "Cmd": "ls"}`,
+	} {
+		reason, need := agent.ApproveRisky(context.Background(), agent.ApprovalRequest{Tool: "exec_command", Arguments: args, Root: "/workspace", Handler: exec})
+		if !need || reason != "deletes recursively" {
+			t.Errorf("ApproveRisky(%s) = %q, %v; want the rm judged", args, reason, need)
+		}
+		if got := exec.(agent.Describer).Describe(args).Command; got != "rm -rf ~" {
+			t.Errorf("Describe(%s).Command = %q, want the command the tool runs", args, got)
+		}
+	}
+}

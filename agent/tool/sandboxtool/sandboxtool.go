@@ -18,7 +18,6 @@ package sandboxtool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -245,15 +244,14 @@ func (execTool) Describe(arguments string) agent.CallView {
 }
 
 // Command returns the command line ("cmd") of exec_command arguments, for
-// display; "" when they hold none.
+// display; "" when they hold none. It reads them as the call does.
 func Command(arguments string) string {
-	var a struct {
-		Cmd string `json:"cmd"`
-	}
-	if json.Unmarshal([]byte(arguments), &a) != nil {
+	f, err := parseObject("exec_command", arguments, "")
+	if err != nil {
 		return ""
 	}
-	return a.Cmd
+	cmd, _ := f.str("cmd")
+	return cmd
 }
 
 // resolve makes a model-given path relative to Options.Workdir; the

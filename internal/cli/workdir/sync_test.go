@@ -3,6 +3,8 @@ package workdir
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -72,5 +74,54 @@ func TestSyncDirNoLinkFollowed(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(out, "gone")); err == nil {
 		t.Error("out/gone, deleted by the agent, is still there")
+	}
+}
+
+// TestDiffNoLinkFollowed: a link the sandbox left in its workspace is
+// not read through into the patch (a host file's content would be in it),
+// but named; a link the user's workspace already had is read as before.
+func TestDiffNoLinkFollowed(t *testing.T) {
+	tmp := t.TempDir()
+	orig, final := filepath.Join(tmp, "orig"), filepath.Join(tmp, "final")
+	secret := filepath.Join(tmp, "host-secret")
+	for _, d := range []string{orig, final} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, p string) {
+		t.Helper()
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(secret, "HOST SECRET\n")
+	write(filepath.Join(orig, "f.txt"), "old\n")
+	write(filepath.Join(final, "f.txt"), "new\n")
+	link("f.txt", filepath.Join(orig, "same"))
+	link("f.txt", filepath.Join(final, "same"))
+	link(secret, filepath.Join(final, "leak"))
+	link("../host-secret", filepath.Join(final, "rel"))
+	link("/dev/zero", filepath.Join(final, "zero"))
+
+	patch, links, err := Diff(orig, final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(patch, "HOST SECRET") {
+		t.Errorf("the patch holds the host file a sandbox link points at:\n%s", patch)
+	}
+	if !strings.Contains(patch, "+new") || !strings.Contains(patch, "b/f.txt") {
+		t.Errorf("the patch lacks the change of f.txt:\n%s", patch)
+	}
+	want := []string{"leak -> " + secret, "rel -> ../host-secret", "zero -> /dev/zero"}
+	if !slices.Equal(links, want) {
+		t.Errorf("links = %q, want %q", links, want)
 	}
 }

@@ -16,26 +16,72 @@ import (
 // with the files named a/PATH and b/PATH as patch -p1 and git apply take
 // them. diff runs on two links named a and b rather than on the real
 // paths, so no rewriting of its output can touch the files' content.
-func Diff(orig, final string) (string, error) {
+//
+// diff reads through symbolic links, and final's were made by the
+// sandbox: one to a host file (~/.ssh/id_ed25519) would put that file
+// in the patch, for the user to apply into the workspace. So the links final does not
+// share with orig (new, or with another target, or with a relative
+// target that leaves the tree) are taken out of final first (it is the
+// run's own copy) and returned instead, each as "PATH -> TARGET"; a link
+// both have, the user's own, is read as before.
+func Diff(orig, final string) (patch string, links []string, err error) {
+	links, err = dropNewLinks(orig, final)
+	if err != nil {
+		return "", nil, err
+	}
 	dir, err := os.MkdirTemp("", "cove-diff-")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer os.RemoveAll(dir)
 	if err := os.Symlink(orig, filepath.Join(dir, "a")); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := os.Symlink(final, filepath.Join(dir, "b")); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	cmd := exec.Command("diff", "-ruN", "--exclude=.git", "a", "b")
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	var ee *exec.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-		return "", fmt.Errorf("diffing the workspace: %v", err)
+		return "", nil, fmt.Errorf("diffing the workspace: %v", err)
 	}
-	return string(out), nil
+	return string(out), links, nil
+}
+
+// dropNewLinks removes from final each symbolic link that orig does not
+// have with the same target, and returns them as "PATH -> TARGET".
+func dropNewLinks(orig, final string) ([]string, error) {
+	var links []string
+	err := filepath.WalkDir(final, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir // diff leaves it out
+		}
+		if d.Type()&os.ModeSymlink == 0 {
+			return nil
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(final, p)
+		if err != nil {
+			return err
+		}
+		// A relative target that leaves the tree is another file from
+		// final than from orig.
+		same := filepath.IsAbs(target) || filepath.IsLocal(filepath.Join(filepath.Dir(rel), target))
+		if old, err := os.Readlink(filepath.Join(orig, rel)); err == nil && old == target && same {
+			return nil
+		}
+		links = append(links, rel+" -> "+target)
+		return os.Remove(p)
+	})
+	return links, err
 }
 
 // Sync makes out hold the final workspace: final's files, folders and
