@@ -1,8 +1,9 @@
 package sandboxtool
 
-// How the tools judge their calls for agent.ApproveRisky. Only
-// exec_command can act beyond the workspace; write_stdin feeds a command
-// already judged, and view_image only reads.
+// How the tools judge their calls for agent.ApproveRisky. exec_command
+// is judged by its command line; write_stdin by what it types, since the
+// command it feeds may be a shell or an interpreter (exec_command "bash",
+// then write_stdin "rm -rf ~"); view_image only reads.
 
 import (
 	"path"
@@ -23,9 +24,26 @@ func (execTool) Risk(arguments, root string) (string, bool) {
 	return RiskyCommand(a.cmd, a.workdir, root)
 }
 
-// Risk implements agent.RiskAssessor: write_stdin and view_image are
-// never risky.
+// Risk implements agent.RiskAssessor: view_image is never risky.
 func (tool) Risk(arguments, root string) (string, bool) { return "", false }
+
+// stdinTool is write_stdin; it has its own type to judge what it types.
+type stdinTool struct{ tool }
+
+// Risk implements agent.RiskAssessor: the characters write_stdin sends
+// are judged as a command line would be (RiskyCommand, with no workdir:
+// where the receiving process runs is not known here), read by the
+// parser the call itself uses. Arguments the tool rejects are not risky.
+func (stdinTool) Risk(arguments, root string) (string, bool) {
+	a, err := parseStdinArgs(arguments)
+	if err != nil || a.chars == "" {
+		return "", false
+	}
+	if reason, risky := RiskyCommand(a.chars, "", root); risky {
+		return "types into a running command what " + reason, true
+	}
+	return "", false
+}
 
 // riskyCommands are the patterns of command lines that wait for approval
 // under agent.ApproveRisky, with the reason the user is shown.

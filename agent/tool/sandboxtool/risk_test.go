@@ -39,7 +39,9 @@ func TestRiskyCommand(t *testing.T) {
 }
 
 // TestApproveRisky: under agent.ApproveRisky exec_command is judged by
-// its command line and workdir, write_stdin and view_image never wait.
+// its command line and workdir, write_stdin by what it types (a shell
+// started by exec_command must not run unjudged what the model types into
+// it), and view_image never waits.
 func TestApproveRisky(t *testing.T) {
 	tools, _ := newFakeTools(t, sandboxtool.Options{})
 	for _, tc := range []struct {
@@ -54,7 +56,9 @@ func TestApproveRisky(t *testing.T) {
 		{tools.ExecCommand(), `{"cmd": "echo hi > /etc/motd"}`, "writes outside the workspace (/etc/motd)", true},
 		{tools.ExecCommand(), `not json`, "", false},
 		{tools.ExecCommand(), `{"cmd": 5}`, "", false},
-		{tools.WriteStdin(), `{"session_id": 1234, "chars": "rm -rf /\n"}`, "", false},
+		{tools.WriteStdin(), `{"session_id": 1234, "chars": "rm -rf /\n"}`, "types into a running command what deletes recursively", true},
+		{tools.WriteStdin(), `{"session_id": 1234, "chars": "q\n"}`, "", false},
+		{tools.WriteStdin(), `{"session_id": 1234}`, "", false},
 		{tools.ViewImage(), `{"path": "/etc/passwd"}`, "", false},
 	} {
 		name := tc.tool.Spec().Name

@@ -162,7 +162,7 @@ func (t *Tools) ExecCommand() agent.Tool { return execTool{t} }
 // WriteStdin is the write_stdin tool. Its calls are never risky (they feed
 // a command exec_command started) and are shown as a command's.
 func (t *Tools) WriteStdin() agent.Tool {
-	return tool{spec: writeStdinSpec, call: t.writeStdin, view: agent.CallView{Kind: agent.CallCommand}}
+	return stdinTool{tool{spec: writeStdinSpec, call: t.writeStdin, view: agent.CallView{Kind: agent.CallCommand}}}
 }
 
 // ViewImage is the view_image tool. Its calls are never risky: it only
@@ -225,6 +225,7 @@ var (
 	_ agent.Describer    = execTool{}
 	_ agent.RiskAssessor = tool{}
 	_ agent.Describer    = tool{}
+	_ agent.RiskAssessor = stdinTool{}
 )
 
 func (e execTool) Spec() agent.ToolSpec { return execCommandSpec() }
