@@ -67,7 +67,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("cmd: give the program to run (or a command line with shell: true)"))
 		return
 	}
-	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds, s.cfg.MaxTTL)
+	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds, s.fleet.MaxTTL())
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -33,10 +33,9 @@ import (
 
 // Config configures a Server. Zero values mean the defaults.
 type Config struct {
-	// Fleet is the sandbox service. When nil, New makes one from the
-	// fields below (Runtime to AllowUnlimitedPids), and Start and Close
-	// run and stop it; a Fleet given here is the caller's to start.
-	Fleet   *fleet.Fleet
+	// Runtime, Store, DataDir, the TTLs, Retention, Prices, Now and the
+	// pids limits make the sandbox service (package fleet) New builds;
+	// Start and Close run and stop it.
 	Runtime sandbox.Runtime
 	Store   store.Store
 	// DataDir holds what the store does not: snapshot tars.
@@ -99,10 +98,9 @@ type Server struct {
 	// patterns are the registered routes (set up once in New).
 	patterns []string
 
-	// fleet is the sandbox service every front door calls; ownFleet is
-	// true when New made it (Start and Close then run and stop it).
-	fleet    *fleet.Fleet
-	ownFleet bool
+	// fleet is the sandbox service every front door calls; it holds the
+	// limits (MaxTTL) and the clock the Config gave.
+	fleet *fleet.Fleet
 
 	// errs answers failed requests (server/internal/web).
 	errs *web.Errors
@@ -135,8 +133,8 @@ var lifecycleInterval time.Duration
 
 // New returns a server; it does nothing until served.
 func New(cfg Config) (*Server, error) {
-	if (cfg.Runtime == nil && cfg.Fleet == nil) || cfg.Store == nil {
-		return nil, fmt.Errorf("server: a runtime (or a fleet) and a store are required: %w", sandbox.ErrInvalid)
+	if cfg.Runtime == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("server: a runtime and a store are required: %w", sandbox.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -156,19 +154,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	fl, own := cfg.Fleet, false
-	if fl == nil {
-		fl, err = fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
-			DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, Now: cfg.Now,
-			Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
-		if err != nil {
-			return nil, err
-		}
-		own = true
+	fl, err := fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, Now: cfg.Now,
+		Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
+	if err != nil {
+		return nil, err
 	}
-	// The limits are the fleet's whoever made it.
-	cfg.MaxTTL = fl.MaxTTL()
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl, ownFleet: own,
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl,
 		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
 		metrics: newMetrics(), done: make(chan struct{}), keys: map[string]cachedKey{},
 		egress: out}
@@ -289,13 +281,11 @@ func (w *statusWriter) Flush() {
 }
 
 // Start runs the background loops: the fleet's (lifecycle policies and
-// metering) when New made it, and the agent runs' (the ones a previous
-// server left working go on). Reconcile should have run first.
+// metering) and the agent runs' (the ones a previous server left working
+// go on). Reconcile should have run first.
 func (s *Server) Start() {
 	s.runs.Start()
-	if s.ownFleet {
-		s.fleet.Start()
-	}
+	s.fleet.Start()
 }
 
 // Reconcile makes the store and the runtime agree after a (re)start
@@ -310,9 +300,7 @@ func (s *Server) Close() error {
 		s.stopClosing()
 	}
 	s.wg.Wait()
-	if s.ownFleet {
-		s.fleet.Close()
-	}
+	s.fleet.Close()
 	s.runs.Close()
 	return nil
 }
