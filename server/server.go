@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
@@ -114,12 +113,9 @@ type Server struct {
 	keys  map[string]cachedKey
 
 	metrics *serverMetrics
-	done    chan struct{}
 	// closingCtx ends when Close begins (streams watch it).
 	closingCtx  context.Context
 	stopClosing context.CancelFunc
-	wg          sync.WaitGroup
-	closed      atomic.Bool
 
 	// runs is the agent runs service (runapi.go serves it).
 	runs *runs.Service
@@ -162,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl,
 		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
-		metrics: newMetrics(), done: make(chan struct{}), keys: map[string]cachedKey{},
+		metrics: newMetrics(), keys: map[string]cachedKey{},
 		egress: out}
 	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
 	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
@@ -295,18 +291,14 @@ func (s *Server) Reconcile(ctx context.Context) error { return s.fleet.Reconcile
 // Close stops the background loops. Sandboxes keep running: their
 // supervisors outlive the server, and a new server picks them up.
 func (s *Server) Close() error {
-	if s.closed.CompareAndSwap(false, true) {
-		close(s.done)
-		s.stopClosing()
-	}
-	s.wg.Wait()
+	s.stopClosing()
 	s.fleet.Close()
 	s.runs.Close()
 	return nil
 }
 
 // closing reports whether Close has begun.
-func (s *Server) closing() bool { return s.closed.Load() }
+func (s *Server) closing() bool { return s.closingCtx.Err() != nil }
 
 // streamContext is ctx, also ended when the server closes: open exec and
 // attach streams then end with an error event a client can read, instead
