@@ -25,6 +25,7 @@ import (
 	"github.com/cove-sandbox/cove/runs"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/e2b"
+	"github.com/cove-sandbox/cove/server/internal/metrics"
 	"github.com/cove-sandbox/cove/server/internal/proxy"
 	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
@@ -112,7 +113,7 @@ type Server struct {
 	keyMu sync.Mutex
 	keys  map[string]cachedKey
 
-	metrics *serverMetrics
+	metrics *metrics.Metrics
 	// closingCtx ends when Close begins (streams watch it).
 	closingCtx  context.Context
 	stopClosing context.CancelFunc
@@ -158,11 +159,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl,
 		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
-		metrics: newMetrics(), keys: map[string]cachedKey{},
+		metrics: metrics.New(), keys: map[string]cachedKey{},
 		egress: out}
 	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
 	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
-		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.created,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.Created,
 		Authenticate: func(r *http.Request) (string, string, error) {
 			c, msg, err := s.authenticate(r)
 			if c == nil {
@@ -233,7 +234,7 @@ func (s *Server) Handler() http.Handler {
 					writeError(rec, r, http.StatusInternalServerError, api.CodeInternal, "internal error; quote request id "+id)
 				}
 			}
-			s.metrics.request(r, rec.status, time.Since(start))
+			s.metrics.Request(r, rec.status, time.Since(start))
 			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
 		}()
 		// E2B SDKs name the sandbox in headers when E2B_SANDBOX_URL
