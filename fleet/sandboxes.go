@@ -345,6 +345,15 @@ func (f *Fleet) Fork(ctx context.Context, team, id string) (store.Sandbox, error
 	now := f.cfg.Now()
 	child := rec
 	child.ID, child.State, child.CreatedAt, child.StartedAt, child.StoppedAt, child.LastActivity = sess.ID(), store.StateRunning, now, now, time.Time{}, now
+	// The child gets the user's labels and the team, not the front
+	// doors' own: those are per-sandbox marks and tokens (E2B's envd and
+	// traffic tokens), and a copy would let the parent's token open the
+	// child. A front door gives the child its own when it is reached.
+	child.Spec.Labels = UserLabels(rec.Spec.Labels)
+	if child.Spec.Labels == nil {
+		child.Spec.Labels = map[string]string{}
+	}
+	child.Spec.Labels[teamLabel] = rec.Spec.Labels[teamLabel]
 	child.Deadline = now.Add(rec.Spec.TTL)
 	if err := f.cfg.Store.PutSandbox(ctx, child); err != nil {
 		f.cfg.Runtime.Delete(ctx, sess.ID())

@@ -53,7 +53,7 @@ func (f *Fleet) Snapshot(ctx context.Context, team, id string) (store.Snapshot, 
 	if err != nil {
 		return sn, err
 	}
-	size, err := WriteAtomic(file, func(w io.Writer) error { return sess.SnapshotWorkspace(ctx, w) })
+	size, err := writeAtomic(file, func(w io.Writer) error { return sess.SnapshotWorkspace(ctx, w) })
 	if err != nil {
 		return sn, fmt.Errorf("snapshotting sandbox %s: %w", rec.ID, err)
 	}
@@ -139,10 +139,10 @@ func (f *Fleet) DeleteSnapshot(ctx context.Context, team, sid string) error {
 	return nil
 }
 
-// WriteAtomic writes a file through a temp file in its directory, synced
+// writeAtomic writes a file through a temp file in its directory, synced
 // and renamed into place, so the name holds a whole file or nothing. It
 // returns the size.
-func WriteAtomic(name string, write func(io.Writer) error) (n int64, err error) {
+func writeAtomic(name string, write func(io.Writer) error) (n int64, err error) {
 	dir := filepath.Dir(name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
@@ -157,11 +157,15 @@ func WriteAtomic(name string, write func(io.Writer) error) (n int64, err error) 
 			os.Remove(f.Name())
 		}
 	}()
-	cw := &countWriter{w: f}
-	if err := write(cw); err != nil {
+	if err := write(f); err != nil {
 		return 0, err
 	}
 	if err := f.Sync(); err != nil {
+		return 0, err
+	}
+	// The file is new, so its size is what write wrote.
+	info, err := f.Stat()
+	if err != nil {
 		return 0, err
 	}
 	if err := f.Close(); err != nil {
@@ -175,18 +179,7 @@ func WriteAtomic(name string, write func(io.Writer) error) (n int64, err error) 
 		d.Sync()
 		d.Close()
 	}
-	return cw.n, nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return info.Size(), nil
 }
 
 // staleTemp is how old a temp file must be before SweepTemps removes it:

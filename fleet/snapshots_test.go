@@ -13,7 +13,7 @@ func TestWriteAtomic(t *testing.T) {
 	dir := t.TempDir()
 	name := filepath.Join(dir, "team", "snap.tar")
 	boom := errors.New("boom")
-	if _, err := WriteAtomic(name, func(w io.Writer) error {
+	if _, err := writeAtomic(name, func(w io.Writer) error {
 		w.Write([]byte("half a tar"))
 		return boom
 	}); !errors.Is(err, boom) {
@@ -22,7 +22,7 @@ func TestWriteAtomic(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Dir(name)); len(ents) != 0 {
 		t.Errorf("after a failed write the directory holds %v", ents)
 	}
-	n, err := WriteAtomic(name, func(w io.Writer) error {
+	n, err := writeAtomic(name, func(w io.Writer) error {
 		_, err := io.WriteString(w, "whole")
 		return err
 	})

@@ -489,3 +489,34 @@ func BenchmarkE2BCreateToFirstRun(b *testing.B) {
 		report(b, ms)
 	})
 }
+
+// TestE2BForkTokens: a fork (through /v1) of a sandbox made through the
+// E2B API does not inherit its envd access token, so the parent's token
+// does not open the child's envd; the child gets a token of its own.
+func TestE2BForkTokens(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.e2bKey(t, "forktokens")
+	var parent e2bSandbox
+	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": false}}, nil)
+	if resp.StatusCode != 201 || json.Unmarshal(data, &parent) != nil {
+		t.Fatalf("create: %d %s", resp.StatusCode, data)
+	}
+	var child api.Sandbox
+	code, data := ts.call(t, "POST", "/v1/sandboxes/"+parent.SandboxID+"/fork", key, nil)
+	if code == http.StatusNotImplemented {
+		t.Skipf("this runtime cannot fork: %s", data)
+	}
+	if code != 201 || json.Unmarshal(data, &child) != nil {
+		t.Fatalf("fork: %d %s", code, data)
+	}
+	resp, data = ts.e2bCall(t, "GET", "/files?path=/etc/hostname", "", nil, map[string]string{
+		"E2b-Sandbox-Id": child.ID, "E2b-Sandbox-Port": "49983", "X-Access-Token": parent.EnvdAccessToken})
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the parent's envd token on the fork: %d %s, want 401", resp.StatusCode, data)
+	}
+	var d e2bDetail
+	resp, data = ts.e2bCall(t, "GET", "/sandboxes/"+child.ID, key, nil, nil)
+	if resp.StatusCode != 200 || json.Unmarshal(data, &d) != nil || d.EnvdAccessToken == "" || d.EnvdAccessToken == parent.EnvdAccessToken {
+		t.Errorf("the fork's envd token: %d %s, want one of its own", resp.StatusCode, data)
+	}
+}

@@ -67,7 +67,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, invalid("cmd: give the program to run (or a command line with shell: true)"))
 		return
 	}
-	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds, s.cfg.MaxTTL)
+	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds, s.fleet.MaxTTL())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -78,7 +78,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	defer end()
 	started, failed := time.Now(), true
-	defer func() { s.metrics.exec(time.Since(started), failed) }()
+	defer func() { s.metrics.Exec(time.Since(started), failed) }()
 	xr := sandbox.ExecRequest{
 		Cmd: req.Cmd, Args: req.Args, Shell: req.Shell, Dir: req.Dir, Env: req.Env, User: req.User, Tag: req.Tag,
 	}

@@ -3,22 +3,7 @@ package server
 import (
 	"bytes"
 	"net/http"
-	"time"
-
-	"github.com/cove-sandbox/cove/server/internal/metrics"
 )
-
-// serverMetrics are the server's figures (server/internal/metrics), by the
-// names its handlers use.
-type serverMetrics struct{ *metrics.Metrics }
-
-func newMetrics() *serverMetrics { return &serverMetrics{metrics.New()} }
-
-func (m *serverMetrics) request(r *http.Request, status int, d time.Duration) {
-	m.Request(r, status, d)
-}
-func (m *serverMetrics) created(d time.Duration)           { m.Created(d) }
-func (m *serverMetrics) exec(d time.Duration, failed bool) { m.Exec(d, failed) }
 
 // serveMetrics writes every family. The sandbox counts are read from the
 // store on each scrape, so they are right whichever server changed them.

@@ -69,8 +69,8 @@ func TestMetrics(t *testing.T) {
 	ts.call(t, "GET", "/v1/sandboxes/sb-nosuch", key, nil)
 	ts.call(t, "GET", "/nothing/here", "", nil)
 	ts.call(t, "GET", "/v1/sandboxes", "", nil)
-	ts.metrics.exec(1500*time.Millisecond, false)
-	ts.metrics.exec(20*time.Millisecond, true)
+	ts.metrics.Exec(1500*time.Millisecond, false)
+	ts.metrics.Exec(20*time.Millisecond, true)
 
 	got, text := scrape(t, ts)
 	for _, want := range []struct {

@@ -155,10 +155,7 @@ func (s *Server) servePortByHost(w http.ResponseWriter, r *http.Request) bool {
 	// A bounded route label for metrics, as the mux sets for the rest.
 	r.Pattern = "{port}-{id}." + s.cfg.Domain
 	// envd's port, and every port of sandboxes made through the E2B API,
-	// follow E2B's rules (server/e2b).
-	if s.e2b.ServeByHost(w, r, id, port) {
-		return true
-	}
-	s.proxy.Port(w, r, id, port, "", "/")
+	// follow E2B's rules (server/e2b); the rest Cove's.
+	s.e2b.ServeByHost(w, r, id, port)
 	return true
 }

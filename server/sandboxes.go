@@ -83,7 +83,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 		s.fail(w, r, err)
 		return
 	}
-	s.metrics.created(time.Since(start))
+	s.metrics.Created(time.Since(start))
 	writeJSON(w, http.StatusCreated, s.view(rec))
 }
 

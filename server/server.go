@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
@@ -26,6 +25,7 @@ import (
 	"github.com/cove-sandbox/cove/runs"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/e2b"
+	"github.com/cove-sandbox/cove/server/internal/metrics"
 	"github.com/cove-sandbox/cove/server/internal/proxy"
 	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
@@ -33,10 +33,9 @@ import (
 
 // Config configures a Server. Zero values mean the defaults.
 type Config struct {
-	// Fleet is the sandbox service. When nil, New makes one from the
-	// fields below (Runtime to AllowUnlimitedPids), and Start and Close
-	// run and stop it; a Fleet given here is the caller's to start.
-	Fleet   *fleet.Fleet
+	// Runtime, Store, DataDir, the TTLs, Retention, Prices, Now and the
+	// pids limits make the sandbox service (package fleet) New builds;
+	// Start and Close run and stop it.
 	Runtime sandbox.Runtime
 	Store   store.Store
 	// DataDir holds what the store does not: snapshot tars.
@@ -99,10 +98,9 @@ type Server struct {
 	// patterns are the registered routes (set up once in New).
 	patterns []string
 
-	// fleet is the sandbox service every front door calls; ownFleet is
-	// true when New made it (Start and Close then run and stop it).
-	fleet    *fleet.Fleet
-	ownFleet bool
+	// fleet is the sandbox service every front door calls; it holds the
+	// limits (MaxTTL) and the clock the Config gave.
+	fleet *fleet.Fleet
 
 	// errs answers failed requests (server/internal/web).
 	errs *web.Errors
@@ -115,13 +113,10 @@ type Server struct {
 	keyMu sync.Mutex
 	keys  map[string]cachedKey
 
-	metrics *serverMetrics
-	done    chan struct{}
+	metrics *metrics.Metrics
 	// closingCtx ends when Close begins (streams watch it).
 	closingCtx  context.Context
 	stopClosing context.CancelFunc
-	wg          sync.WaitGroup
-	closed      atomic.Bool
 
 	// runs is the agent runs service (runapi.go serves it).
 	runs *runs.Service
@@ -135,8 +130,8 @@ var lifecycleInterval time.Duration
 
 // New returns a server; it does nothing until served.
 func New(cfg Config) (*Server, error) {
-	if (cfg.Runtime == nil && cfg.Fleet == nil) || cfg.Store == nil {
-		return nil, fmt.Errorf("server: a runtime (or a fleet) and a store are required: %w", sandbox.ErrInvalid)
+	if cfg.Runtime == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("server: a runtime and a store are required: %w", sandbox.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -156,25 +151,19 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	fl, own := cfg.Fleet, false
-	if fl == nil {
-		fl, err = fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
-			DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, Now: cfg.Now,
-			Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
-		if err != nil {
-			return nil, err
-		}
-		own = true
+	fl, err := fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, Now: cfg.Now,
+		Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
+	if err != nil {
+		return nil, err
 	}
-	// The limits are the fleet's whoever made it.
-	cfg.MaxTTL = fl.MaxTTL()
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl, ownFleet: own,
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), fleet: fl,
 		errs:    &web.Errors{Log: cfg.Logger, DataDir: cfg.DataDir},
-		metrics: newMetrics(), done: make(chan struct{}), keys: map[string]cachedKey{},
+		metrics: metrics.New(), keys: map[string]cachedKey{},
 		egress: out}
 	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
 	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
-		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.created,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.Created,
 		Authenticate: func(r *http.Request) (string, string, error) {
 			c, msg, err := s.authenticate(r)
 			if c == nil {
@@ -245,7 +234,7 @@ func (s *Server) Handler() http.Handler {
 					writeError(rec, r, http.StatusInternalServerError, api.CodeInternal, "internal error; quote request id "+id)
 				}
 			}
-			s.metrics.request(r, rec.status, time.Since(start))
+			s.metrics.Request(r, rec.status, time.Since(start))
 			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
 		}()
 		// E2B SDKs name the sandbox in headers when E2B_SANDBOX_URL
@@ -289,13 +278,11 @@ func (w *statusWriter) Flush() {
 }
 
 // Start runs the background loops: the fleet's (lifecycle policies and
-// metering) when New made it, and the agent runs' (the ones a previous
-// server left working go on). Reconcile should have run first.
+// metering) and the agent runs' (the ones a previous server left working
+// go on). Reconcile should have run first.
 func (s *Server) Start() {
 	s.runs.Start()
-	if s.ownFleet {
-		s.fleet.Start()
-	}
+	s.fleet.Start()
 }
 
 // Reconcile makes the store and the runtime agree after a (re)start
@@ -305,20 +292,14 @@ func (s *Server) Reconcile(ctx context.Context) error { return s.fleet.Reconcile
 // Close stops the background loops. Sandboxes keep running: their
 // supervisors outlive the server, and a new server picks them up.
 func (s *Server) Close() error {
-	if s.closed.CompareAndSwap(false, true) {
-		close(s.done)
-		s.stopClosing()
-	}
-	s.wg.Wait()
-	if s.ownFleet {
-		s.fleet.Close()
-	}
+	s.stopClosing()
+	s.fleet.Close()
 	s.runs.Close()
 	return nil
 }
 
 // closing reports whether Close has begun.
-func (s *Server) closing() bool { return s.closed.Load() }
+func (s *Server) closing() bool { return s.closingCtx.Err() != nil }
 
 // streamContext is ctx, also ended when the server closes: open exec and
 // attach streams then end with an error event a client can read, instead

@@ -87,7 +87,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request, c *call
 		s.fail(w, r, err)
 		return
 	}
-	s.metrics.created(time.Since(start))
+	s.metrics.Created(time.Since(start))
 	writeJSON(w, http.StatusCreated, s.view(rec))
 }
 

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/api"
@@ -131,4 +133,60 @@ func TestTenancyEveryRoute(t *testing.T) {
 		t.Errorf("B revoking A's key: %d, want 404", code)
 	}
 	ts.must(t, 200, "GET", "/v1/sandboxes", keyA, nil, nil)
+}
+
+// TestTenancyE2B tries every route of the E2B control plane with one
+// team's key on another team's sandbox: each answers 404 and the sandbox
+// is untouched. Envd takes no API key, only the sandbox's own envd
+// access token: another sandbox's token (B's) is refused on A's.
+func TestTenancyE2B(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	keyA, keyB := ts.e2bKey(t, "e2b-team-a"), ts.e2bKey(t, "e2b-team-b")
+	create := func(key string) e2bSandbox {
+		t.Helper()
+		var sb e2bSandbox
+		resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base", "timeout": 600, "metadata": map[string]string{"owner": key[:8]}}, nil)
+		if resp.StatusCode != 201 || json.Unmarshal(data, &sb) != nil {
+			t.Fatalf("create: %d %s", resp.StatusCode, data)
+		}
+		return sb
+	}
+	sbA, sbB := create(keyA), create(keyB)
+	for _, tc := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/sandboxes/{id}", nil},
+		{"GET", "/sandboxes/{id}/metrics", nil},
+		{"POST", "/sandboxes/{id}/timeout", map[string]any{"timeout": 1}},
+		{"POST", "/sandboxes/{id}/refreshes", map[string]any{"duration": 1}},
+		{"POST", "/sandboxes/{id}/connect", map[string]any{"timeout": 1}},
+		{"POST", "/v2/sandboxes/{id}/connect", map[string]any{"timeout": 1}},
+		{"POST", "/sandboxes/{id}/pause", nil},
+		{"DELETE", "/sandboxes/{id}", nil},
+	} {
+		path := strings.Replace(tc.path, "{id}", sbA.SandboxID, 1)
+		resp, data := ts.e2bCall(t, tc.method, path, keyB, tc.body, nil)
+		if resp.StatusCode != http.StatusNotFound || strings.Contains(string(data), sbA.EnvdAccessToken) {
+			t.Errorf("%s %s with team B's key: %d %s, want 404", tc.method, path, resp.StatusCode, data)
+		}
+	}
+	for _, path := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=running,paused"} {
+		resp, data := ts.e2bCall(t, "GET", path, keyB, nil, nil)
+		if resp.StatusCode != 200 || strings.Contains(string(data), sbA.SandboxID) || !strings.Contains(string(data), sbB.SandboxID) {
+			t.Errorf("GET %s as team B: %d %s, want B's sandbox only", path, resp.StatusCode, data)
+		}
+	}
+	// B's envd token on A's sandbox, by header.
+	resp, data := ts.e2bCall(t, "GET", "/files?path=/etc/hostname", "", nil, map[string]string{
+		"E2b-Sandbox-Id": sbA.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sbB.EnvdAccessToken})
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("B's envd token on A's sandbox: %d %s, want 401", resp.StatusCode, data)
+	}
+	// A's sandbox is as it was: running, with its timeout.
+	var d e2bDetail
+	resp, data = ts.e2bCall(t, "GET", "/sandboxes/"+sbA.SandboxID, keyA, nil, nil)
+	if resp.StatusCode != 200 || json.Unmarshal(data, &d) != nil || d.State != "running" || time.Until(d.EndAt) < 5*time.Minute {
+		t.Errorf("A's sandbox after B's attempts: %d %s", resp.StatusCode, data)
+	}
 }

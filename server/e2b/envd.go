@@ -76,22 +76,30 @@ func (s *API) ServeByHeader(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeByHost serves {port}-{id}.{domain} when E2B's rules apply to
-// it: envd's port always, other ports of sandboxes made through the E2B
-// API. false leaves the request to Cove's exposed ports.
-func (s *API) ServeByHost(w http.ResponseWriter, r *http.Request, id string, port int) bool {
-	if port != envdPort {
-		rec, err := s.fleet.Find(r.Context(), id)
-		if err != nil || rec.Spec.Labels[madeLabel] == "" {
-			return false
+// ServeByHost serves {port}-{id}.{domain}: with E2B's rules for envd's
+// port and the other ports of sandboxes made through the E2B API, with
+// Cove's exposed ports' (server/internal/proxy) for the rest.
+func (s *API) ServeByHost(w http.ResponseWriter, r *http.Request, id string, port int) {
+	rec, err := s.fleet.Find(r.Context(), id)
+	if port != envdPort && (err != nil || rec.Spec.Labels[madeLabel] == "") {
+		if err != nil {
+			s.cfg.Errs.Fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
+			return
 		}
+		s.proxy.PortOf(w, r, rec, port, "", "/")
+		return
 	}
-	s.serveTraffic(w, r, id, port)
-	return true
+	s.serveFound(w, r, id, port, rec, err)
 }
 
 func (s *API) serveTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
 	rec, err := s.fleet.Find(r.Context(), id)
+	s.serveFound(w, r, id, port, rec, err)
+}
+
+// serveFound serves traffic to sandbox id, whose record (or the error
+// reading it) the caller has read.
+func (s *API) serveFound(w http.ResponseWriter, r *http.Request, id string, port int, rec store.Sandbox, err error) {
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		status, _, msg := s.cfg.Errs.Failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
 		writeProxyError(w, r, status, id, port, msg)
@@ -106,7 +114,7 @@ func (s *API) serveTraffic(w http.ResponseWriter, r *http.Request, id string, po
 		s.serveEnvd(w, r, rec)
 	case rec.Spec.Labels[madeLabel] == "":
 		// A /v1 sandbox reached by header: Cove's exposed ports.
-		s.proxy.Port(w, r, id, port, "", "/")
+		s.proxy.PortOf(w, r, rec, port, "", "/")
 	default:
 		s.servePort(w, r, rec, port)
 	}

@@ -178,12 +178,18 @@ func (p *Proxy) PortHost(host string) (id string, port int, ok bool) {
 // then forwards the request to it with prefix taken off the path.
 // cookiePath scopes the token cookie.
 func (px *Proxy) Port(w http.ResponseWriter, r *http.Request, id string, port int, prefix, cookiePath string) {
-	ctx := r.Context()
-	rec, err := px.Fleet.Find(ctx, id)
+	rec, err := px.Fleet.Find(r.Context(), id)
 	if err != nil {
 		px.Errs.Fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
 		return
 	}
+	px.PortOf(w, r, rec, port, prefix, cookiePath)
+}
+
+// PortOf is Port for a sandbox whose record the caller has just read
+// (one store read per proxied request, not two).
+func (px *Proxy) PortOf(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int, prefix, cookiePath string) {
+	ctx, id := r.Context(), rec.ID
 	p, err := px.Fleet.Port(ctx, id, port)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		web.WriteError(w, r, http.StatusNotFound, api.CodeNotFound,
