@@ -71,9 +71,16 @@ func (f *Fleet) LiveSession(ctx context.Context, rec store.Sandbox) (sandbox.Ses
 	if err != nil {
 		return nil, err
 	}
-	// A session of an earlier start is not closed here: a request that
-	// read the record before a resume may still hold it.
+	// Two requests that missed at once each made one: the first kept
+	// wins and the other is closed, so no daemon connection is left
+	// without an owner. A session of an earlier start is not closed here:
+	// a request that read the record before a resume may still hold it.
 	f.sessMu.Lock()
+	if c, ok := f.sessions[rec.ID]; ok && c.started.Equal(rec.StartedAt) {
+		f.sessMu.Unlock()
+		closeSession(sess)
+		return c.sess, nil
+	}
 	f.sessions[rec.ID] = cachedSession{sess: sess, started: rec.StartedAt}
 	f.sessMu.Unlock()
 	return sess, nil
