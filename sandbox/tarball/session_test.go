@@ -3,64 +3,30 @@ package tarball_test
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
+	"github.com/cove-sandbox/cove/sandbox/hostproc/hostproctest"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
 
-// The test binary doubles as hostproc's daemon: the runtime re-executes it
-// with guestEnv set, and TestMain runs guest.Main instead of the tests.
-const guestEnv = "COVE_TEST_AS_GUEST=1"
-
-func TestMain(m *testing.M) {
-	if os.Getenv("COVE_TEST_AS_GUEST") == "1" {
-		if err := guest.Main(context.Background(), os.Args[1:], os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { hostproctest.Main(m) }
 
 // hostprocSession is a sandbox of real processes and files (no root
 // needed); its session is a sandbox.Archiver.
 func hostprocSession(t *testing.T) sandbox.Session {
 	t.Helper()
-	exe, err := os.Executable()
+	s, err := hostproctest.New(t).Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Unix socket paths are short: keep the state dir near /tmp.
-	dir, err := os.MkdirTemp("", "tb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := hostproc.New(hostproc.Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv, "GORACE=atexit_sleep_ms=0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := rt.Create(t.Context(), sandbox.Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		rt.Delete(context.Background(), s.ID())
-		os.RemoveAll(dir)
-	})
 	return s
 }
 
