@@ -169,3 +169,27 @@ func TestWriteDirRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteDirPlantedLink: a symlink the sandbox planted in the way, to a
+// directory out of the workspace, is never written through, whichever way WriteDir
+// goes: the extraction refuses it, or the file calls keep to the
+// workspace.
+func TestWriteDirPlantedLink(t *testing.T) {
+	for _, name := range []string{"hostproc", "hostproc-without-archiver"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			s := sessions(t)[name](t)
+			st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "mkdir -p d ../planted && ln -s ../../planted d/x", Shell: true})
+			if err != nil || st.Code != 0 {
+				t.Fatalf("planting the link: %v, %+v", err, st)
+			}
+			err = tarball.WriteDir(ctx, s, "d", bytes.NewReader(tarOf(t, "x/evil", "x")))
+			if err == nil {
+				t.Fatal("WriteDir wrote through a planted symlink out of the workspace")
+			}
+			if st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "test", Args: []string{"!", "-e", "../planted/evil"}}); err != nil || st.Code != 0 {
+				t.Errorf("the link's target was written: %v, %+v", err, st)
+			}
+		})
+	}
+}
