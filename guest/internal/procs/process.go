@@ -605,7 +605,7 @@ func (m *Manager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() e
 	pumps.Wait()
 	end := endEvent(info, m.oomKilled)
 	if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
-		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.cfg.OutputBuffer)
+		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps at most the last %d bytes per process)", n, m.cfg.OutputBuffer)
 		end.Error = &msg
 	}
 	p.mu.Lock()

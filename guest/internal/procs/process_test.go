@@ -1,8 +1,10 @@
 package procs
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -35,4 +37,25 @@ func TestKillAfter(t *testing.T) {
 			t.Errorf("%q: %v, %v; want ErrInvalid", v, got, err)
 		}
 	}
+}
+
+// TestOutLogSmallWritesBounded: a process that writes a byte at a time
+// with nobody attached (each read of its pipe one event) holds no more
+// memory than a few times the log's limit: an event's bookkeeping counts
+// against the limit, not only its data.
+func TestOutLogSmallWritesBounded(t *testing.T) {
+	const limit = 1 << 20
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	l := newOutLog(limit)
+	for range 4 * limit {
+		l.append(context.Background(), kindStdout, []byte{'x'})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4*limit {
+		t.Errorf("a log of %d bytes holds %d MiB after one-byte writes; want under %d MiB", limit, grew>>20, 4*limit>>20)
+	}
+	runtime.KeepAlive(l)
 }
