@@ -242,7 +242,7 @@ func killAfter(h http.Header) (time.Duration, error) {
 		return 0, nil
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 || ms > int64(365*24*time.Hour/time.Millisecond) {
+	if err != nil || ms <= 0 || ms > int64(sandbox.MaxTimeout/time.Millisecond) {
 		return 0, fmt.Errorf("%s %q: give a number of milliseconds, at least 1 and at most a year: %w", wire.KillAfterHeader, v, sandbox.ErrInvalid)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
