@@ -374,7 +374,7 @@ func wireError(err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		if s := wire.SentinelFor(ce.Code()); s != nil && !errors.Is(err, s) {
-			return fmt.Errorf("%s: %w", ce.Message(), s)
+			return wire.WithSentinel(ce.Message(), s)
 		}
 		if ce.Code() == connect.CodeUnknown && isConnErr(err) {
 			return fmt.Errorf("%s: %w", ce.Message(), sandbox.ErrUnavailable)

@@ -39,5 +39,5 @@ func httpError(resp *http.Response) error {
 	if s == nil {
 		return fmt.Errorf("sandbox daemon: HTTP %d: %s", resp.StatusCode, body.Message)
 	}
-	return fmt.Errorf("%s: %w", body.Message, s)
+	return wire.WithSentinel(body.Message, s)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -66,9 +67,15 @@ func TestSentinelsRoundTrip(t *testing.T) {
 			if !errors.Is(got, sentinel) {
 				t.Errorf("through Connect: got %v, want %v", got, sentinel)
 			}
+			if want := "doing something: " + sentinel.Error(); got == nil || !strings.HasSuffix(got.Error(), want) || strings.Count(got.Error(), sentinel.Error()) != 1 {
+				t.Errorf("through Connect: got %q, want it to end in %q, the sentinel's text once", got, want)
+			}
 			_, got = s.ReadFile(t.Context(), "f")
 			if !errors.Is(got, sentinel) {
 				t.Errorf("through envd's HTTP errors: got %v, want %v", got, sentinel)
+			}
+			if want := "doing something: " + sentinel.Error(); got == nil || !strings.HasSuffix(got.Error(), want) || strings.Count(got.Error(), sentinel.Error()) != 1 {
+				t.Errorf("through envd's HTTP errors: got %q, want it to end in %q, the sentinel's text once", got, want)
 			}
 			for _, other := range sentinels {
 				if other != sentinel && errors.Is(got, other) {

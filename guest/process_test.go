@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -614,5 +615,21 @@ func TestInitEnv(t *testing.T) {
 		if !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("POST /init %s: %v, want ErrInvalid", body, err)
 		}
+	}
+}
+
+// TestExecTimeoutBounds: a Timeout the daemon would refuse (or one whose
+// milliseconds overflow) is refused before it is sent, with the bound in
+// the message rather than the daemon's header name.
+func TestExecTimeoutBounds(t *testing.T) {
+	s := &Session{}
+	for _, d := range []time.Duration{-time.Second, 366 * 24 * time.Hour, time.Duration(math.MaxInt64)} {
+		_, err := s.startRequest(sandbox.ExecRequest{Cmd: "true", Timeout: d})
+		if !errors.Is(err, sandbox.ErrInvalid) || strings.Contains(err.Error(), KillAfterHeader) {
+			t.Errorf("Timeout %v: %v, want ErrInvalid saying the bound", d, err)
+		}
+	}
+	if _, err := s.startRequest(sandbox.ExecRequest{Cmd: "true", Timeout: 365 * 24 * time.Hour}); err != nil {
+		t.Errorf("a year: %v", err)
 	}
 }

@@ -103,8 +103,8 @@ func (s *Session) startRequest(r sandbox.ExecRequest) (*pb.StartRequest, error) 
 	if r.Cmd == "" {
 		return nil, fmt.Errorf("empty command: set Cmd to the program to run: %w", sandbox.ErrInvalid)
 	}
-	if r.Timeout < 0 {
-		return nil, fmt.Errorf("timeout %v: give a positive duration, or 0 for none: %w", r.Timeout, sandbox.ErrInvalid)
+	if r.Timeout < 0 || r.Timeout > sandbox.MaxTimeout {
+		return nil, fmt.Errorf("timeout %v: give a positive duration up to %v, or 0 for none: %w", r.Timeout, sandbox.MaxTimeout, sandbox.ErrInvalid)
 	}
 	cmd, args := r.Cmd, r.Args
 	if r.Shell && len(args) == 0 {

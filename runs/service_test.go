@@ -3,7 +3,6 @@ package runs_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,28 +14,16 @@ import (
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/agent/model/openai"
 	"github.com/cove-sandbox/cove/api"
-	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/runs"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
+	"github.com/cove-sandbox/cove/sandbox/hostproc/hostproctest"
 	"github.com/cove-sandbox/cove/store"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
-// The test binary doubles as the in-sandbox daemon: hostproc re-executes
-// it with this variable set. The agents' commands are real programs.
-const guestEnv = "COVE_TEST_AS_GUEST=1"
-
-func TestMain(m *testing.M) {
-	if os.Getenv("COVE_TEST_AS_GUEST") == "1" {
-		if err := guest.Main(context.Background(), os.Args[1:], os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// The test binary doubles as the in-sandbox daemon (hostproctest.Main).
+// The agents' commands are real programs.
+func TestMain(m *testing.M) { hostproctest.Main(m) }
 
 // boxes is a Sandboxes over a hostproc runtime, recording deletes.
 type boxes struct {
@@ -91,19 +78,12 @@ func models(ctx context.Context, spec runs.ModelSpec) (agent.Model, error) {
 // hostproc runtime and a SQLite store in a temp dir.
 func newService(t *testing.T, model *fake.Server) (*runs.Service, *boxes) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "runs") // short: unix socket paths are limited
+	dir, err := os.MkdirTemp("", "runs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	rt, err := hostproc.New(hostproc.Config{Dir: filepath.Join(dir, "hp"), GuestCommand: []string{exe}, GuestEnv: []string{guestEnv, "GORACE=atexit_sleep_ms=0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := hostproctest.New(t)
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "cove.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -264,9 +264,13 @@ type ExecRequest struct {
 	// Timeout, when positive, kills the process (SIGKILL, to its group
 	// too) this long after it starts, whether or not anyone waits for it:
 	// the sandbox enforces it, so it holds after the caller is gone. The
-	// process then ends as killed by a signal. Negative is ErrInvalid.
+	// process then ends as killed by a signal. Negative, or over
+	// MaxTimeout, is ErrInvalid.
 	Timeout time.Duration
 }
+
+// MaxTimeout is the longest ExecRequest.Timeout.
+const MaxTimeout = 365 * 24 * time.Hour
 
 // PTYSize is a terminal size.
 type PTYSize struct {

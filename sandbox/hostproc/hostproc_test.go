@@ -1,4 +1,4 @@
-package hostproc
+package hostproc_test
 
 import (
 	"context"
@@ -16,22 +16,16 @@ import (
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/hostproc"
+	"github.com/cove-sandbox/cove/sandbox/hostproc/hostproctest"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
-// The test binary doubles as the daemon: the runtime re-executes it with
-// guestEnv set, and TestMain runs guest.Main instead of the tests.
-const guestEnv = "COVE_TEST_AS_GUEST=1"
-
+// The test binary doubles as the daemon (hostproctest), and as an echo
+// server for the conformance tests' Listen.
 func TestMain(m *testing.M) {
-	if os.Getenv("COVE_TEST_AS_GUEST") == "1" {
-		if err := guest.Main(context.Background(), os.Args[1:], os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	hostproctest.RunGuest()
 	if port := os.Getenv("COVE_TEST_ECHO_PORT"); port != "" {
 		sandboxtest.EchoServer(port)
 		os.Exit(0)
@@ -74,30 +68,7 @@ func (w *lineWaiter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func newRuntime(t *testing.T) *Runtime {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Unix socket paths are short: keep the state dir near /tmp.
-	dir, err := os.MkdirTemp("", "hp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv, "GORACE=atexit_sleep_ms=0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		infos, _ := rt.List(context.Background())
-		for _, info := range infos {
-			rt.Delete(context.Background(), info.ID)
-		}
-		os.RemoveAll(dir)
-	})
-	return rt
-}
+func newRuntime(t *testing.T) *hostproc.Runtime { return hostproctest.New(t) }
 
 // TestZombiesReaped: an orphaned grandchild is adopted and reaped by the
 // daemon (a child subreaper here, pid 1 in a sandbox), not left a zombie.
@@ -108,7 +79,7 @@ func TestZombiesReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := rt.load(s.ID())
+	daemon := rt.DaemonPID(s.ID())
 	// The shell exits at once; its backgrounded children become orphans
 	// and exit shortly after.
 	res, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "for i in 1 2 3 4 5; do (sleep 0.2 &) ; done; exit 0"}})
@@ -117,12 +88,12 @@ func TestZombiesReaped(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		zombies, adopted := childrenOf(st.PID)
+		zombies, adopted := childrenOf(daemon)
 		if zombies == 0 && adopted == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("daemon %d still has %d zombie and %d live adopted children after 10s", st.PID, zombies, adopted)
+			t.Fatalf("daemon %d still has %d zombie and %d live adopted children after 10s", daemon, zombies, adopted)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -169,9 +140,9 @@ func TestDaemonKilled(t *testing.T) {
 	if err := s.WriteFile(ctx, "keep.txt", strings.NewReader("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := rt.load(s.ID())
-	syscall.Kill(st.PID, syscall.SIGKILL)
-	for i := 0; i < 200 && sbutil.Alive(st.PID); i++ {
+	daemon := rt.DaemonPID(s.ID())
+	syscall.Kill(daemon, syscall.SIGKILL)
+	for i := 0; i < 200 && sbutil.Alive(daemon); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	info, err := s.Info(ctx)
@@ -299,8 +270,8 @@ func TestOOMReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := rt.load(s.ID())
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(st.PID)), 0o644); err != nil {
+	daemon := rt.DaemonPID(s.ID())
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(daemon)), 0o644); err != nil {
 		t.Skipf("cannot move the daemon into the cgroup: %v", err)
 	}
 	// The shell holds 200 MB of command output in a variable.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -143,7 +144,8 @@ func testBySelectorErrors(t *testing.T, h *harness) {
 }
 
 // testProcessTimeout: ExecRequest.Timeout kills a detached process that
-// nobody holds, and an Exec's; a negative one is ErrInvalid.
+// nobody holds, and an Exec's; a negative one, or one over MaxTimeout,
+// is ErrInvalid.
 func testProcessTimeout(t *testing.T, h *harness) {
 	ctx := t.Context()
 	s := h.create(t, sandbox.Spec{})
@@ -160,4 +162,8 @@ func testProcessTimeout(t *testing.T, h *harness) {
 	wantErr(t, "StartDetached with a negative timeout", err, sandbox.ErrInvalid)
 	_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "true", Timeout: -time.Second})
 	wantErr(t, "Exec with a negative timeout", err, sandbox.ErrInvalid)
+	_, err = s.StartDetached(ctx, sandbox.ExecRequest{Cmd: "true", Timeout: sandbox.MaxTimeout + time.Millisecond})
+	wantErr(t, "StartDetached with a timeout over MaxTimeout", err, sandbox.ErrInvalid)
+	_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "true", Timeout: time.Duration(math.MaxInt64)})
+	wantErr(t, "Exec with the largest Duration as its timeout", err, sandbox.ErrInvalid)
 }

@@ -114,7 +114,7 @@ func (x *extractor) layerMember(hdr *tar.Header) (name string, done bool, err er
 	case strings.HasPrefix(base, whiteoutMeta):
 		return "", true, nil
 	case strings.HasPrefix(base, whiteoutPrefix):
-		return "", true, x.whiteout(hdr, path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix)))
+		return "", true, x.whiteout(hdr, dir, strings.TrimPrefix(base, whiteoutPrefix))
 	}
 
 	bad := func(format string, args ...any) (string, bool, error) {
@@ -156,12 +156,15 @@ func (x *extractor) layerMember(hdr *tar.Header) (name string, done bool, err er
 	return name, false, nil
 }
 
-// whiteout removes target (a clean root-relative name) unless the
-// current layer wrote it: a whiteout hides lower layers only.
-func (x *extractor) whiteout(hdr *tar.Header, target string) error {
-	if t := path.Base(target); t == "." || t == ".." || t == "/" || target == "." {
-		return fmt.Errorf("tar member %q: whiteout of %q: %w", hdr.Name, t, sandbox.ErrInvalid)
+// whiteout removes the entry hidden in dir (a clean root-relative name)
+// unless the current layer wrote it: a whiteout hides lower layers only.
+// hidden is checked before it is joined to dir, which would clean
+// ".wh.." into dir itself and ".wh..." into its parent.
+func (x *extractor) whiteout(hdr *tar.Header, dir, hidden string) error {
+	if hidden == "" || hidden == "." || hidden == ".." {
+		return fmt.Errorf("tar member %q: whiteout of %q: %w", hdr.Name, hidden, sandbox.ErrInvalid)
 	}
+	target := path.Join(dir, hidden)
 	if x.layer.written[target] {
 		return nil
 	}

@@ -127,3 +127,66 @@ func TestLayersHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestLayersHostileReplace: a layer that names what a lower one (or it
+// itself) made a symlink out of the root replaces the link and never
+// writes, links, chmods or removes through it.
+func TestLayersHostileReplace(t *testing.T) {
+	tests := []struct {
+		name   string
+		layers func(tmp string) [][]byte
+		want   map[string]string // the tree afterwards; nil when Apply must fail
+		member string            // the refused member, when want is nil
+	}{
+		{"file over a symlink", func(string) [][]byte {
+			return [][]byte{buildTar(t, symlink("s", "../outside/sentinel")), buildTar(t, file("s", "new"))}
+		}, map[string]string{"s": "f 0644 new"}, ""},
+		{"directory over a symlink", func(string) [][]byte {
+			return [][]byte{buildTar(t, symlink("d", "../outside")), buildTar(t, dir("d/"), file("d/sentinel", "new"))}
+		}, map[string]string{"d": "d 0755", "d/sentinel": "f 0644 new"}, ""},
+		{"hard link to a symlink, then a file over it", func(string) [][]byte {
+			return [][]byte{buildTar(t, symlink("s", "../outside/sentinel"), hardlink("h", "s")), buildTar(t, file("h", "new"))}
+		}, map[string]string{"s": "l ../outside/sentinel", "h": "f 0644 new"}, ""},
+		{"directory made a symlink before Finish", func(string) [][]byte {
+			return [][]byte{buildTar(t, member{tar.Header{Typeflag: tar.TypeDir, Name: "d/", Mode: 0o700}, ""}), buildTar(t, symlink("d", "../outside"))}
+		}, map[string]string{"d": "l ../outside"}, ""},
+		{"absolute symlink as a parent", func(tmp string) [][]byte {
+			return [][]byte{buildTar(t, symlink("abs", filepath.Join(tmp, "outside"))), buildTar(t, file("abs/sentinel", "new"))}
+		}, nil, "abs/sentinel"},
+		{"whiteout through an absolute symlink", func(tmp string) [][]byte {
+			return [][]byte{buildTar(t, symlink("abs", filepath.Join(tmp, "outside"))), buildTar(t, file("abs/.wh.sentinel", ""))}
+		}, nil, "abs/.wh.sentinel"},
+		{"hard link through a symlinked parent", func(string) [][]byte {
+			return [][]byte{buildTar(t, symlink("up", "../outside")), buildTar(t, hardlink("h", "up/sentinel"))}
+		}, nil, "h"},
+		{"whiteout of dot", func(string) [][]byte {
+			return [][]byte{buildTar(t, dir("a/"), file("a/x", "x")), buildTar(t, file("a/.wh..", ""))}
+		}, nil, "a/.wh.."},
+		{"whiteout of dot-dot", func(string) [][]byte {
+			return [][]byte{buildTar(t, dir("a/"), dir("a/b/"), file("a/x", "x")), buildTar(t, file("a/b/.wh...", ""))}
+		}, nil, "a/b/.wh..."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmp, root := sandboxDirs(t)
+			_, err := applyLayers(t, root, tt.layers(tmp)...)
+			if tt.want == nil {
+				if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("%q", tt.member)) {
+					t.Fatalf("got %v, want ErrInvalid naming %q", err, tt.member)
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(tt.want, layerTree(t, root)); diff != "" {
+					t.Errorf("tree (-want +got):\n%s", diff)
+				}
+			}
+			fi, err := os.Stat(filepath.Join(tmp, "outside"))
+			if err != nil || fi.Mode().Perm() != 0o755 {
+				t.Errorf("outside: %v, %v; want its mode 0755 untouched", fi.Mode(), err)
+			}
+			checkOutside(t, tmp, "s", "d", "abs", "up")
+		})
+	}
+}

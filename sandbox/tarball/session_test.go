@@ -3,64 +3,30 @@ package tarball_test
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/hostproc"
+	"github.com/cove-sandbox/cove/sandbox/hostproc/hostproctest"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest/fake"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
 
-// The test binary doubles as hostproc's daemon: the runtime re-executes it
-// with guestEnv set, and TestMain runs guest.Main instead of the tests.
-const guestEnv = "COVE_TEST_AS_GUEST=1"
-
-func TestMain(m *testing.M) {
-	if os.Getenv("COVE_TEST_AS_GUEST") == "1" {
-		if err := guest.Main(context.Background(), os.Args[1:], os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { hostproctest.Main(m) }
 
 // hostprocSession is a sandbox of real processes and files (no root
 // needed); its session is a sandbox.Archiver.
 func hostprocSession(t *testing.T) sandbox.Session {
 	t.Helper()
-	exe, err := os.Executable()
+	s, err := hostproctest.New(t).Create(t.Context(), sandbox.Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Unix socket paths are short: keep the state dir near /tmp.
-	dir, err := os.MkdirTemp("", "tb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := hostproc.New(hostproc.Config{Dir: dir, GuestCommand: []string{exe}, GuestEnv: []string{guestEnv, "GORACE=atexit_sleep_ms=0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := rt.Create(t.Context(), sandbox.Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		rt.Delete(context.Background(), s.ID())
-		os.RemoveAll(dir)
-	})
 	return s
 }
 
@@ -199,6 +165,30 @@ func TestWriteDirRefusals(t *testing.T) {
 				}
 			} else if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "makes links only") {
 				t.Errorf("a link inside, through the file calls: %v, want ErrInvalid saying links need a restore", err)
+			}
+		})
+	}
+}
+
+// TestWriteDirPlantedLink: a symlink the sandbox planted in the way, to a
+// directory out of the workspace, is never written through, whichever way WriteDir
+// goes: the extraction refuses it, or the file calls keep to the
+// workspace.
+func TestWriteDirPlantedLink(t *testing.T) {
+	for _, name := range []string{"hostproc", "hostproc-without-archiver"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			s := sessions(t)[name](t)
+			st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "mkdir -p d ../planted && ln -s ../../planted d/x", Shell: true})
+			if err != nil || st.Code != 0 {
+				t.Fatalf("planting the link: %v, %+v", err, st)
+			}
+			err = tarball.WriteDir(ctx, s, "d", bytes.NewReader(tarOf(t, "x/evil", "x")))
+			if err == nil {
+				t.Fatal("WriteDir wrote through a planted symlink out of the workspace")
+			}
+			if st, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "test", Args: []string{"!", "-e", "../planted/evil"}}); err != nil || st.Code != 0 {
+				t.Errorf("the link's target was written: %v, %+v", err, st)
 			}
 		})
 	}

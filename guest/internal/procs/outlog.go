@@ -12,13 +12,20 @@ const (
 	kindPTY
 )
 
+// eventCost is what an event holds beyond its data (its entry in the
+// log's slice, with the slice's spare room, and its data's allocation),
+// counted against the limit: else a process writing a byte at a time
+// with nobody attached would hold some forty times the limit.
+const eventCost = 64
+
 type logEvent struct {
 	kind byte
 	data []byte
 }
 
 // outLog holds a process's output for the clients streaming it. It is
-// bounded: once limit bytes are retained the oldest events go first. While
+// bounded: once limit bytes are retained (data and eventCost per event)
+// the oldest events go first. While
 // a client is attached and has not yet read the oldest event, the writer
 // waits instead (backpressure reaches the process through its pipe), so an
 // attached client gets every byte in order; output produced while nobody
@@ -30,7 +37,7 @@ type outLog struct {
 	mu      sync.Mutex
 	events  []logEvent
 	first   uint64 // sequence number of events[0]
-	bytes   int    // data bytes in events
+	bytes   int    // data bytes in events, and eventCost each
 	sent    uint64 // first sequence number no client has been sent
 	dropped int64  // unsent bytes evicted while nobody was attached
 	cursors map[*cursor]struct{}
@@ -75,7 +82,8 @@ func (l *outLog) append(ctx context.Context, kind byte, data []byte) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.bytes+len(data) > l.limit && len(l.events) > 0 {
+	cost := len(data) + eventCost
+	for l.bytes+cost > l.limit && len(l.events) > 0 {
 		if l.minCursorLocked() <= l.first {
 			ch := l.changed
 			l.mu.Unlock()
@@ -96,10 +104,10 @@ func (l *outLog) append(ctx context.Context, kind byte, data []byte) {
 			l.sent = l.first + 1
 		}
 		l.first++
-		l.bytes -= len(ev.data)
+		l.bytes -= len(ev.data) + eventCost
 	}
 	l.events = append(l.events, logEvent{kind: kind, data: data})
-	l.bytes += len(data)
+	l.bytes += cost
 	l.notifyLocked()
 }
 

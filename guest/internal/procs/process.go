@@ -242,7 +242,7 @@ func killAfter(h http.Header) (time.Duration, error) {
 		return 0, nil
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 || ms > int64(365*24*time.Hour/time.Millisecond) {
+	if err != nil || ms <= 0 || ms > int64(sandbox.MaxTimeout/time.Millisecond) {
 		return 0, fmt.Errorf("%s %q: give a number of milliseconds, at least 1 and at most a year: %w", wire.KillAfterHeader, v, sandbox.ErrInvalid)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
@@ -605,7 +605,7 @@ func (m *Manager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() e
 	pumps.Wait()
 	end := endEvent(info, m.oomKilled)
 	if n := p.log.droppedBytes(); n > 0 && end.Error == nil {
-		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps the last %d bytes per process)", n, m.cfg.OutputBuffer)
+		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps at most the last %d bytes per process)", n, m.cfg.OutputBuffer)
 		end.Error = &msg
 	}
 	p.mu.Lock()

@@ -141,6 +141,25 @@ func SentinelForStatus(status int) error {
 	return nil
 }
 
+// WithSentinel is the client's form of an error from the wire: msg, the
+// daemon's message, wrapping the sentinel s its code or status maps to.
+// The daemon's message of an error that wraps s already ends in s's
+// text; it is not added twice.
+func WithSentinel(msg string, s error) error {
+	if msg != s.Error() && !strings.HasSuffix(msg, ": "+s.Error()) {
+		msg += ": " + s.Error()
+	}
+	return &sentinelError{msg: msg, err: s}
+}
+
+type sentinelError struct {
+	msg string
+	err error
+}
+
+func (e *sentinelError) Error() string { return e.msg }
+func (e *sentinelError) Unwrap() error { return e.err }
+
 // WriteError writes envd's error shape: {"message": ..., "code": N}.
 func WriteError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")

@@ -102,8 +102,8 @@ func (s *Session) start(ctx context.Context, req sandbox.ExecRequest) (*fakeProc
 	if err := checkEnv(req.Env); err != nil {
 		return nil, nil, err
 	}
-	if req.Timeout < 0 {
-		return nil, nil, fmt.Errorf("negative timeout %v: %w", req.Timeout, sandbox.ErrInvalid)
+	if req.Timeout < 0 || req.Timeout > sandbox.MaxTimeout {
+		return nil, nil, fmt.Errorf("timeout %v: give a positive duration up to %v, or 0 for none: %w", req.Timeout, sandbox.MaxTimeout, sandbox.ErrInvalid)
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, nil, err
