@@ -88,8 +88,11 @@ const (
 const KeepFree = 32 << 20
 
 // detachWait bounds the wait for the kernel to free an autoclear loop
-// device after an unmount.
-const detachWait = 2 * time.Second
+// device after an unmount. Freeing is quick on an idle host, but the
+// kernel flushes the image first: a full disk on a busy host has taken
+// over 2 s, so the wait is generous (it ends as soon as the device is
+// free).
+const detachWait = 30 * time.Second
 
 // Disk is one sandbox's disk, kept in its own directory.
 type Disk struct {
