@@ -29,7 +29,7 @@ async function eventually(what, fn, seconds = 30) {
     } catch (err) {
       last = err
     }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${typeof last === 'string' ? last : JSON.stringify(last) ?? last})`)
+    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`)
     await new Promise((r) => setTimeout(r, 100))
   }
 }
@@ -66,7 +66,8 @@ describe(`E2B SDK: the sandbox's daemon (${mode} routing)`, () => {
   async function noneLeft(what, m) {
     await eventually(`${what}: every process of the command ended`, async () => {
       const l = await left(m)
-      return l.length === 0 ? true : l.join('; ')
+      if (l.length > 0) throw new Error(`still running: ${l.join('; ')}`)
+      return true
     })
   }
 
@@ -104,6 +105,18 @@ describe(`E2B SDK: the sandbox's daemon (${mode} routing)`, () => {
     assert.ok((await sbx.commands.list()).some((p) => p.pid === b.pid))
     assert.equal(await sbx.commands.kill(b.pid), true)
     await noneLeft('killed', kept)
+  })
+
+  test("timeoutMs kills a PTY's shell and its jobs", async () => {
+    const m = marker()
+    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {}, timeoutMs: 8000 })
+    // An interactive shell gives each job a process group of its own,
+    // and one that ignores SIGHUP outlives the terminal's hangup.
+    const held = String(Number(m) + 1)
+    await sbx.pty.sendInput(h.pid, new TextEncoder().encode(`sleep ${m} & (trap '' HUP; exec sleep ${held}) &\n`))
+    await eventually('both jobs running', async () => (await left(m)).some((l) => l.startsWith(`sleep ${m} `)) && (await left(held)).some((l) => l.startsWith(`sleep ${held}`)), 8)
+    await assert.rejects(h.wait(), TimeoutError)
+    await noneLeft('pty', m)
   })
 
   // watched collects the events of a watch on dir until stop.
