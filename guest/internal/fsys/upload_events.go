@@ -16,7 +16,9 @@ import (
 // temporary name, and a watch drops the events of a noted name and
 // reports its rename onto the target as envd's events on the target.
 // Only names the daemon itself made are translated (random, noted before
-// the file exists); a file the sandbox names alike is reported as it is.
+// the file exists): a file the sandbox names alike is reported as it is,
+// unless it takes the very name of a recent upload, which hides only the
+// sandbox's own changes from its own watches.
 
 const (
 	// uploadPrefix starts the name of an upload's temporary file.

@@ -150,3 +150,40 @@ func TestUploadNotesBounded(t *testing.T) {
 		t.Fatalf("%d notes (%d in order), want at most %d", len(u.notes), len(u.order), maxUploadNotes)
 	}
 }
+
+// TestUploadPollWatcherEvents: the polling watchers (CreateWatcher,
+// GetWatcherEvents; E2B's Python SDK's sync watch_dir) see uploads as the
+// streamed watch does.
+func TestUploadPollWatcherEvents(t *testing.T) {
+	e := newWatchEnv(t)
+	ctx := context.Background()
+	if err := os.MkdirAll(e.host("/workspace/p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.fs.CreateWatcher(ctx, connect.NewRequest(&pb.CreateWatcherRequest{Path: "/workspace/p"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.writeFile(ctx, "/workspace/p/up.txt", strings.NewReader("x"), writeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.host("/workspace/p/flag"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for end := time.Now().Add(30 * time.Second); !slices.Contains(got, "flag create"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no create event of flag; events so far: %q", got)
+		}
+		evs, err := e.fs.GetWatcherEvents(ctx, connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: res.Msg.GetWatcherId()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs.Msg.GetEvents() {
+			got = append(got, ev.GetName()+" "+strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_")))
+		}
+	}
+	if want := []string{"up.txt create", "up.txt write", "flag create"}; !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
