@@ -283,7 +283,8 @@ func unixMode(bits uint32) fs.FileMode {
 // open would), replacing it atomically. A replaced file keeps its mode
 // and, when the daemon can, its owner; a new one gets 0644; opts can set
 // both. The temporary file is made, written, chowned, chmodded and renamed
-// into place by descriptor in the directory lookup opened.
+// into place by descriptor in the directory lookup opened; watches report
+// envd's events on p, not the temporary file's (see uploadNotes).
 func (f *Service) writeFile(ctx context.Context, p string, r io.Reader, opts writeOptions) (uploadEntry, error) {
 	o := opts.owner
 	n, err := f.lookup(ctx, p, lookupOpts{follow: true, mkdir: true, owner: o})
@@ -306,7 +307,8 @@ func (f *Service) writeFile(ctx context.Context, p string, r io.Reader, opts wri
 	if opts.setMode {
 		perm = opts.mode
 	}
-	tmpName := ".cove-upload-" + newID()
+	tmpName := uploadPrefix + newID()
+	f.uploads.add(tmpName, n.exists)
 	fd, err := openat(n.dir, tmpName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return uploadEntry{}, pathError("writing", sp, err)

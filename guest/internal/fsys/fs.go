@@ -57,6 +57,9 @@ type Service struct {
 	mu       sync.Mutex
 	watchers map[string]*pollWatcher
 
+	// uploads are recent uploads' temporary names, for watches.
+	uploads uploadNotes
+
 	// root is the sandbox's root directory, opened once (O_PATH) on first
 	// use: every lookup starts from it (see lookup). Its finalizer closes
 	// it with the service.

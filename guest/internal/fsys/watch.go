@@ -209,6 +209,9 @@ type dirWatch struct {
 	// sp ("." for sp itself). Only the goroutine that set the watch up
 	// and then the one running it touch it, one after the other.
 	dirs map[int32]string
+	// renames are the uploads whose temporary file was seen moving
+	// away, by rename cookie (see translateUpload); run's goroutine's.
+	renames map[uint32]uploadNote
 	// batches carries what the reader goroutine reads, errs its error.
 	batches   chan []inotifyEvent
 	errs      chan error
@@ -218,9 +221,10 @@ type dirWatch struct {
 
 // inotifyEvent is one event as the kernel reports it.
 type inotifyEvent struct {
-	wd   int32
-	mask uint32
-	name string // in the watched directory; "" for the directory itself
+	wd     int32
+	mask   uint32
+	cookie uint32 // ties the two halves of a rename
+	name   string // in the watched directory; "" for the directory itself
 }
 
 // watchMask is what fsnotify asks for on Add: the events envd reports.
@@ -252,7 +256,7 @@ func (f *Service) openWatch(ctx context.Context, p string, recursive, includeEnt
 	}
 	d := &dirWatch{
 		f: f, confine: confineOf(ctx), sp: n.sp, recursive: recursive, includeEntry: includeEntry,
-		ifd: ifd, file: os.NewFile(uintptr(ifd), "inotify"), dirs: map[int32]string{},
+		ifd: ifd, file: os.NewFile(uintptr(ifd), "inotify"), dirs: map[int32]string{}, renames: map[uint32]uploadNote{},
 		batches: make(chan []inotifyEvent), errs: make(chan error, 1), done: make(chan struct{}),
 	}
 	if err := d.addTree(fd, ".", nil); err != nil {
@@ -291,7 +295,7 @@ func (d *dirWatch) read() {
 				break
 			}
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
-			evs = append(evs, inotifyEvent{wd: raw.Wd, mask: raw.Mask, name: name})
+			evs = append(evs, inotifyEvent{wd: raw.Wd, mask: raw.Mask, cookie: raw.Cookie, name: name})
 			off = end
 		}
 		select {
@@ -413,6 +417,12 @@ func (d *dirWatch) handle(ev inotifyEvent, emit func(*pb.FilesystemEvent) error)
 	rel := dir
 	if ev.name != "" {
 		rel = path.Join(dir, ev.name)
+		if mask, ok := d.translateUpload(ev); ok {
+			if mask == 0 {
+				return nil
+			}
+			return d.emit(rel, mask, emit)
+		}
 	}
 	switch {
 	case ev.mask&(unix.IN_IGNORED|unix.IN_UNMOUNT) != 0:

@@ -248,9 +248,10 @@ func killAfter(h http.Header) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// killAt kills p's process group at deadline unless it has ended by
-// then. The deadline of a Start call (Connect-Timeout-Ms, which E2B's
-// SDKs send as a command's timeoutMs, 60 s by default) is the command's,
+// killAt kills p's process group (and, on a PTY, its session: see
+// killCommand) at deadline unless it has ended by then. The deadline of
+// a Start call (Connect-Timeout-Ms, which E2B's SDKs send as a command's
+// timeoutMs, 60 s by default) is the command's,
 // as in envd: it holds whether or not the client is still attached, and
 // the stream itself ends at the same moment with deadline_exceeded. Cove's
 // clients send wire.KillAfterHeader instead (sandbox.ExecRequest.Timeout),
@@ -264,8 +265,7 @@ func (m *Manager) killAt(p *proc, deadline time.Time) {
 			return
 		default:
 		}
-		syscall.Kill(-p.pid, syscall.SIGKILL)
-		syscall.Kill(p.pid, syscall.SIGKILL)
+		killCommand(p.pid, p.pty != nil)
 	})
 	go func() {
 		<-p.exited
