@@ -281,6 +281,19 @@ func (f *Fleet) Keep(ctx context.Context, team, id string, ttl time.Duration) (r
 	return rec, true, err
 }
 
+// Wake starts team's stopped sandbox id again to end ttl from now
+// (within the team's quota) and records it: what traffic to a sandbox
+// that resumes on traffic needs. A running one, or one resumed by
+// another caller meanwhile, is returned as it is, its deadline untouched.
+func (f *Fleet) Wake(ctx context.Context, team, id string, ttl time.Duration) (store.Sandbox, error) {
+	rec, err := f.Get(ctx, team, id)
+	if err != nil {
+		return rec, err
+	}
+	err = f.resume(ctx, team, &rec, ttl)
+	return rec, err
+}
+
 // resume starts a stopped sandbox of team to end ttl from now (within
 // its quota), and records it; a running one is left as it is.
 func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl time.Duration) error {

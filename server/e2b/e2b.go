@@ -95,6 +95,7 @@ type API struct {
 	fleet *fleet.Fleet
 	proxy *proxy.Proxy
 	log   *slog.Logger
+	wakes wakeLocks // per sandbox, for resumes (autoresume.go)
 }
 
 // New returns the E2B front door.
@@ -309,7 +310,7 @@ func (s *API) sandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
 
 func (s *API) listedView(rec store.Sandbox) Listed {
 	state := "running"
-	if rec.State != store.StateRunning {
+	if s.paused(rec) {
 		state = "paused"
 	}
 	end := rec.Deadline
