@@ -15,9 +15,10 @@
 // Paths, JSON field names, status codes and error bodies ({"code": 404,
 // "message": "..."}) are E2B's, so the unmodified SDK raises the same
 // error classes it raises against E2B. E2B's paused is Cove's stopped:
-// the disk is kept, memory and processes are not. The routes are E2B's
-// (documented by E2B's own OpenAPI spec) and are left out of Cove's
-// /openapi.json.
+// the disk is kept, memory and processes are not; a sandbox made with
+// autoResume is resumed by traffic to it (autoresume.go). The routes
+// are E2B's (documented by E2B's own OpenAPI spec) and are left out of
+// Cove's /openapi.json.
 //
 // What E2B keeps per sandbox and Cove's records do not have (the envd
 // access token, the traffic access token, that the sandbox was made
