@@ -1,9 +1,15 @@
 package server
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -104,8 +110,8 @@ func TestE2BAutoPauseOptions(t *testing.T) {
 
 // TestE2BAutoResume: a sandbox made with autoPause and autoResume (the
 // settings kept across a server restart) is paused at its timeout with
-// its disk, and two requests at once to its envd resume it once, both
-// answered; its timeout starts afresh. Traffic that is not let in, and
+// its disk, and a request to its envd resumes it; its timeout starts
+// afresh. Traffic that is not let in, and
 // traffic to a sandbox without autoResume, resume nothing; one with
 // onTimeout kill is gone at its timeout.
 func TestE2BAutoResume(t *testing.T) {
@@ -186,31 +192,93 @@ func TestE2BAutoResume(t *testing.T) {
 		}
 	})
 
-	t.Run("two requests at once", func(t *testing.T) {
-		var wg sync.WaitGroup
-		codes, bodies := make([]int, 2), make([]string, 2)
-		for i := range 2 {
-			wg.Go(func() {
-				resp, data := ts.envdFiles(t, auto.SandboxID, auto.EnvdAccessToken, "kept.txt", nil)
-				codes[i], bodies[i] = resp.StatusCode, string(data)
-			})
-		}
-		wg.Wait()
-		for i := range 2 {
-			if codes[i] != 200 || bodies[i] != "kept across the pause" {
-				t.Errorf("request %d to the paused sandbox: %d %s", i, codes[i], bodies[i])
-			}
-		}
-		if n := strings.Count(logs.String(), "resumed a paused sandbox on traffic"); n != 1 {
-			t.Errorf("resumed %d times, want once", n)
+	t.Run("resumed by traffic", func(t *testing.T) {
+		resp, data := ts.envdFiles(t, auto.SandboxID, auto.EnvdAccessToken, "kept.txt", nil)
+		if resp.StatusCode != 200 || string(data) != "kept across the pause" {
+			t.Errorf("read from the paused sandbox: %d %s", resp.StatusCode, data)
 		}
 		d, _ := ts.e2bInfo(t, key, auto.SandboxID)
 		// E2B's timeout after a resume by traffic: the create's, at
 		// least five minutes.
-		if d.State != "running" || !d.EndAt.Equal(clock.Now().Add(5*time.Minute)) {
-			t.Errorf("after the resume: %s until %v, want running until %v", d.State, d.EndAt, clock.Now().Add(5*time.Minute))
+		if want := clock.Now().Add(5 * time.Minute); d.State != "running" || !d.EndAt.Equal(want) {
+			t.Errorf("after the resume: %s until %v, want running until %v", d.State, d.EndAt, want)
 		}
 	})
+}
+
+// TestE2BAutoResumeConcurrent: two requests at once to a paused sandbox
+// with autoResume, by host name and by E2B_SANDBOX_URL's headers, are
+// both answered, and the sandbox is resumed once.
+func TestE2BAutoResumeConcurrent(t *testing.T) {
+	clock := newFakeClock()
+	logs := &sandboxtest.SyncBuffer{}
+	es := newE2BServer(t, Config{Now: clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	key := es.e2bKey(t, "concurrent")
+	byHost := es.hostClient(t)
+	for _, mode := range []string{"domain", "header"} {
+		t.Run(mode, func(t *testing.T) {
+			sb := es.e2bCreate(t, key, map[string]any{"timeout": 60, "autoPause": true, "autoResume": map[string]any{"enabled": true}})
+			if resp, data := es.envdFiles(t, sb.SandboxID, sb.EnvdAccessToken, "kept.txt", []byte("kept")); resp.StatusCode != 200 {
+				t.Fatalf("write: %d %s", resp.StatusCode, data)
+			}
+			clock.Add(61 * time.Second)
+			eventually(t, "the pause at the timeout", func() bool { return es.runtimeState(t, sb.SandboxID) == "stopped" })
+			read := func() (int, string) {
+				if mode == "header" {
+					resp, data := es.envdFiles(t, sb.SandboxID, sb.EnvdAccessToken, "kept.txt", nil)
+					return resp.StatusCode, string(data)
+				}
+				req, _ := http.NewRequest("GET", "https://49983-"+sb.SandboxID+"."+es.domain+"/files?path=kept.txt", nil)
+				req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+				resp, err := byHost.Do(req)
+				if err != nil {
+					return 0, err.Error()
+				}
+				defer resp.Body.Close()
+				data, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(data)
+			}
+			var wg sync.WaitGroup
+			codes, bodies := make([]int, 2), make([]string, 2)
+			for i := range 2 {
+				wg.Go(func() { codes[i], bodies[i] = read() })
+			}
+			wg.Wait()
+			for i := range 2 {
+				if codes[i] != 200 || bodies[i] != "kept" {
+					t.Errorf("request %d to the paused sandbox: %d %s", i, codes[i], bodies[i])
+				}
+			}
+			if n := strings.Count(logs.String(), `msg="resumed a paused sandbox on traffic" sandbox=`+sb.SandboxID); n != 1 {
+				t.Errorf("resumed %d times, want once", n)
+			}
+		})
+	}
+}
+
+// hostClient is an HTTPS client for es's host names ({port}-{id}.domain):
+// it trusts es's test CA and dials es whatever the name.
+func (es *e2bServer) hostClient(t *testing.T) *http.Client {
+	t.Helper()
+	pemData, err := os.ReadFile(es.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemData)
+	_, port, _ := net.SplitHostPort(es.domain)
+	dialer := &net.Dialer{}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+		}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 // TestE2BAutoPauseSDK runs testdata/e2b/autopause.test.mjs: auto-pause
