@@ -255,6 +255,7 @@ func (f *Fleet) stop(ctx context.Context, rec *store.Sandbox, noDeadline bool) e
 // quota) with its TTL afresh, and records it; a running one is left as
 // it is.
 func (f *Fleet) Resume(ctx context.Context, team, id string) (store.Sandbox, error) {
+	defer f.ops.lock(id)()
 	rec, err := f.Get(ctx, team, id)
 	if err != nil {
 		return rec, err
@@ -265,9 +266,11 @@ func (f *Fleet) Resume(ctx context.Context, team, id string) (store.Sandbox, err
 
 // Keep makes team's sandbox id run for at least ttl more: a running one's
 // deadline is moved to ttl from now if that is later (never sooner); a
-// stopped one is resumed with that deadline (resumed is then true).
+// stopped one, or one whose deadline has passed and is to stop then
+// (Due), is resumed with that deadline (resumed is then true).
 func (f *Fleet) Keep(ctx context.Context, team, id string, ttl time.Duration) (rec store.Sandbox, resumed bool, err error) {
-	rec, err = f.Get(ctx, team, id)
+	defer f.ops.lock(id)()
+	rec, err = f.getSettled(ctx, team, id)
 	if err != nil {
 		return rec, false, err
 	}
@@ -279,19 +282,6 @@ func (f *Fleet) Keep(ctx context.Context, team, id string, ttl time.Duration) (r
 	}
 	err = f.resume(ctx, team, &rec, ttl)
 	return rec, true, err
-}
-
-// Wake starts team's stopped sandbox id again to end ttl from now
-// (within the team's quota) and records it: what traffic to a sandbox
-// that resumes on traffic needs. A running one, or one resumed by
-// another caller meanwhile, is returned as it is, its deadline untouched.
-func (f *Fleet) Wake(ctx context.Context, team, id string, ttl time.Duration) (store.Sandbox, error) {
-	rec, err := f.Get(ctx, team, id)
-	if err != nil {
-		return rec, err
-	}
-	err = f.resume(ctx, team, &rec, ttl)
-	return rec, err
 }
 
 // resume starts a stopped sandbox of team to end ttl from now (within

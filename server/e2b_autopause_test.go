@@ -110,8 +110,8 @@ func TestE2BAutoPauseOptions(t *testing.T) {
 
 // TestE2BAutoResume: a sandbox made with autoPause and autoResume (the
 // settings kept across a server restart) is paused at its timeout with
-// its disk, and a request to its envd resumes it; its timeout starts
-// afresh. Traffic that is not let in, and
+// its disk, and a request to one of its ports or its envd resumes it;
+// its timeout starts afresh. Traffic that is not let in, and
 // traffic to a sandbox without autoResume, resume nothing; one with
 // onTimeout kill is gone at its timeout.
 func TestE2BAutoResume(t *testing.T) {
@@ -192,7 +192,25 @@ func TestE2BAutoResume(t *testing.T) {
 		}
 	})
 
-	t.Run("resumed by traffic", func(t *testing.T) {
+	t.Run("resumed by a port request with its traffic token", func(t *testing.T) {
+		resp, data := ts.e2bCall(t, "GET", "/", "", nil, map[string]string{e2bSandboxIDHeader: auto.SandboxID,
+			e2bSandboxPortHeader: "8080", "E2b-Traffic-Access-Token": *auto.TrafficAccessToken})
+		// Running again, with nothing listening: processes end at a pause.
+		if resp.StatusCode != 502 || !strings.Contains(string(data), "port is not open") {
+			t.Errorf("port of the paused sandbox: %d %s", resp.StatusCode, data)
+		}
+		if d, _ := ts.e2bInfo(t, key, auto.SandboxID); d.State != "running" || ts.runtimeState(t, auto.SandboxID) != "running" {
+			t.Fatalf("not resumed by its port: %+v", d)
+		}
+		// Paused again at a timeout of one second.
+		if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+auto.SandboxID+"/timeout", key, map[string]any{"timeout": 1}, nil); resp.StatusCode != 204 {
+			t.Fatalf("timeout: %d %s", resp.StatusCode, data)
+		}
+		clock.Add(2 * time.Second)
+		eventually(t, "the pause at the timeout", func() bool { return ts.runtimeState(t, auto.SandboxID) == "stopped" })
+	})
+
+	t.Run("resumed by envd", func(t *testing.T) {
 		resp, data := ts.envdFiles(t, auto.SandboxID, auto.EnvdAccessToken, "kept.txt", nil)
 		if resp.StatusCode != 200 || string(data) != "kept across the pause" {
 			t.Errorf("read from the paused sandbox: %d %s", resp.StatusCode, data)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
@@ -30,7 +29,7 @@ import (
 // its ports are private). Any other request, and any request to a paused
 // sandbox without autoResume, gets the paused answer and resumes
 // nothing. Requests that find it paused at once resume it once
-// (wakeLocks). Its timeout then starts afresh: the create's timeout, at
+// (fleet.Wake). Its timeout then starts afresh: the create's timeout, at
 // least autoResumeMinTTL, as E2B's API does.
 
 const (
@@ -103,17 +102,12 @@ func (b *newSandbox) timeoutPolicy() (pause, resume bool, msg string) {
 // autoResumes reports whether traffic resumes a paused sandbox.
 func autoResumes(rec store.Sandbox) bool { return rec.Spec.Labels[autoResumeLabel] != "" }
 
-// due reports whether a running sandbox's timeout has passed and it is to
-// be paused then: the runtime stops it at its deadline and the lifecycle
-// loop records so within a few seconds; this API answers as after
-// already.
-func (s *API) due(rec store.Sandbox) bool {
-	return rec.State == store.StateRunning && rec.OnExpire == store.ExpireStop &&
-		!rec.Deadline.IsZero() && !s.fleet.Now().Before(rec.Deadline)
+// paused reports whether E2B would call a sandbox paused: a running
+// record past a deadline that pauses it is paused already, as the
+// runtime has stopped it or is about to (fleet.Due).
+func (s *API) paused(rec store.Sandbox) bool {
+	return rec.State != store.StateRunning || s.fleet.Due(rec)
 }
-
-// paused reports whether E2B would call a sandbox paused.
-func (s *API) paused(rec store.Sandbox) bool { return rec.State != store.StateRunning || s.due(rec) }
 
 // resumeTTL is how long a sandbox resumed by traffic runs: its create's
 // timeout, at least autoResumeMinTTL, within the server's longest.
@@ -121,38 +115,14 @@ func (s *API) resumeTTL(rec store.Sandbox) time.Duration {
 	return min(max(rec.Spec.TTL, autoResumeMinTTL), s.fleet.MaxTTL())
 }
 
-// settle reads sandbox id afresh and, when its timeout has passed and it
-// is to pause then, pauses it now (as the lifecycle loop would a moment
-// later), so that what follows sees it paused rather than running on a
-// runtime that has stopped it. Callers hold id's wake lock.
-func (s *API) settle(ctx context.Context, id string) (store.Sandbox, error) {
-	rec, err := s.fleet.Find(ctx, id)
-	if err != nil || !s.due(rec) {
-		return rec, err
-	}
-	return s.fleet.Stop(ctx, rec.TeamID, rec.ID)
-}
-
-// awaken runs paused sandbox id again for a request's traffic, once
-// however many requests come at once: the first resumes it (resumed
-// true), the others find it running.
-func (s *API) awaken(ctx context.Context, id string) (rec store.Sandbox, resumed bool, err error) {
-	unlock := s.wakes.lock(id)
-	defer unlock()
-	rec, err = s.settle(ctx, id)
-	if err != nil || rec.State == store.StateRunning {
-		return rec, false, err
-	}
-	rec, err = s.fleet.Wake(ctx, rec.TeamID, rec.ID, s.resumeTTL(rec))
-	return rec, err == nil, err
-}
-
 // resumeFor resumes a paused sandbox with autoResume for a request that
 // is let in to it, and returns its record; false when it could not, the
 // request answered.
 func (s *API) resumeFor(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port int) (store.Sandbox, bool) {
-	// A client that leaves must not cut a resume short.
-	fresh, resumed, err := s.awaken(context.WithoutCancel(r.Context()), rec.ID)
+	// Of requests that come at once, one resumes it and the others find
+	// it running (fleet.Wake). A client that leaves must not cut a
+	// resume short.
+	fresh, resumed, err := s.fleet.Wake(context.WithoutCancel(r.Context()), rec.TeamID, rec.ID, s.resumeTTL(rec))
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		writeProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s was not found: it was killed, its timeout passed, or the id is wrong", rec.ID))
@@ -169,42 +139,4 @@ func (s *API) resumeFor(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		s.log.Info("resumed a paused sandbox on traffic", "sandbox", rec.ID, "port", port, "ttl", s.resumeTTL(fresh))
 	}
 	return fresh, true
-}
-
-// wakeLocks serialises, per sandbox, what runs a paused sandbox again
-// through this API (a resume on traffic, connect), in this process: of
-// requests that find it paused at once, the first resumes it and the
-// others then find it running.
-type wakeLocks struct {
-	mu sync.Mutex // guards m
-	m  map[string]*wakeLock
-}
-
-type wakeLock struct {
-	sync.Mutex
-	refs int // holders and waiters; guarded by wakeLocks.mu
-}
-
-// lock takes id's lock and returns what releases it.
-func (l *wakeLocks) lock(id string) (unlock func()) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*wakeLock{}
-	}
-	e := l.m[id]
-	if e == nil {
-		e = &wakeLock{}
-		l.m[id] = e
-	}
-	e.refs++
-	l.mu.Unlock()
-	e.Lock()
-	return func() {
-		e.Unlock()
-		l.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(l.m, id)
-		}
-		l.mu.Unlock()
-	}
 }

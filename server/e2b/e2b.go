@@ -96,7 +96,6 @@ type API struct {
 	fleet *fleet.Fleet
 	proxy *proxy.Proxy
 	log   *slog.Logger
-	wakes wakeLocks // per sandbox, for resumes (autoresume.go)
 }
 
 // New returns the E2B front door.

@@ -287,15 +287,6 @@ func (s *API) connect(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
-	// A sandbox whose timeout has just passed is paused first, so that
-	// it is resumed rather than given a later deadline on a runtime that
-	// has stopped it; under its wake lock, as traffic resumes it.
-	unlock := s.wakes.lock(rec.ID)
-	defer unlock()
-	if _, err := s.settle(ctx, rec.ID); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	rec, resumed, err := s.fleet.Keep(ctx, c.team, rec.ID, ttl)
 	if err != nil {
 		s.fail(w, r, err)
