@@ -21,9 +21,10 @@
 // Cove's /openapi.json.
 //
 // What E2B keeps per sandbox and Cove's records do not have (the envd
-// access token, the traffic access token, that the sandbox was made
-// through this API) is kept in the record's labels under cove.e2b, which
-// the /v1 API never shows and which never reach the runtime.
+// access token, the traffic access token, whether traffic resumes it,
+// that the sandbox was made through this API) is kept in the record's
+// labels under cove.e2b, which the /v1 API never shows and which never
+// reach the runtime. Pause at the timeout is the record's OnExpire stop.
 package e2b
 
 import (
