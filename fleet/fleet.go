@@ -121,6 +121,9 @@ type Fleet struct {
 	// createMu serialises quota checks with the creates they admit, and
 	// read-modify-writes of records, in this process (package doc).
 	createMu sync.Mutex
+	// ops serialises, per sandbox, the lifecycle loop's stop or delete
+	// with a resume (wake.go). Taken before createMu, never after.
+	ops sandboxLocks
 
 	done   chan struct{}
 	wg     sync.WaitGroup

@@ -191,6 +191,9 @@ func (lc *lifecycle) retired(_ context.Context, rec store.Sandbox, now time.Time
 // now first: its record goes.
 func (lc *lifecycle) act(ctx context.Context, id, why string, applies policy) {
 	f := lc.f
+	// A resume between the read and the stop would be stopped, or
+	// recorded stopped while it runs.
+	defer f.ops.lock(id)()
 	rec, err := f.cfg.Store.GetSandbox(ctx, "", id)
 	if err != nil {
 		return

@@ -255,6 +255,7 @@ func (f *Fleet) stop(ctx context.Context, rec *store.Sandbox, noDeadline bool) e
 // quota) with its TTL afresh, and records it; a running one is left as
 // it is.
 func (f *Fleet) Resume(ctx context.Context, team, id string) (store.Sandbox, error) {
+	defer f.ops.lock(id)()
 	rec, err := f.Get(ctx, team, id)
 	if err != nil {
 		return rec, err
@@ -265,9 +266,11 @@ func (f *Fleet) Resume(ctx context.Context, team, id string) (store.Sandbox, err
 
 // Keep makes team's sandbox id run for at least ttl more: a running one's
 // deadline is moved to ttl from now if that is later (never sooner); a
-// stopped one is resumed with that deadline (resumed is then true).
+// stopped one, or one whose deadline has passed and is to stop then
+// (Due), is resumed with that deadline (resumed is then true).
 func (f *Fleet) Keep(ctx context.Context, team, id string, ttl time.Duration) (rec store.Sandbox, resumed bool, err error) {
-	rec, err = f.Get(ctx, team, id)
+	defer f.ops.lock(id)()
+	rec, err = f.getSettled(ctx, team, id)
 	if err != nil {
 		return rec, false, err
 	}

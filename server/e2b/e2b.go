@@ -15,14 +15,16 @@
 // Paths, JSON field names, status codes and error bodies ({"code": 404,
 // "message": "..."}) are E2B's, so the unmodified SDK raises the same
 // error classes it raises against E2B. E2B's paused is Cove's stopped:
-// the disk is kept, memory and processes are not. The routes are E2B's
-// (documented by E2B's own OpenAPI spec) and are left out of Cove's
-// /openapi.json.
+// the disk is kept, memory and processes are not; a sandbox made with
+// autoResume is resumed by traffic to it (autoresume.go). The routes
+// are E2B's (documented by E2B's own OpenAPI spec) and are left out of
+// Cove's /openapi.json.
 //
 // What E2B keeps per sandbox and Cove's records do not have (the envd
-// access token, the traffic access token, that the sandbox was made
-// through this API) is kept in the record's labels under cove.e2b, which
-// the /v1 API never shows and which never reach the runtime.
+// access token, the traffic access token, whether traffic resumes it,
+// that the sandbox was made through this API) is kept in the record's
+// labels under cove.e2b, which the /v1 API never shows and which never
+// reach the runtime. Pause at the timeout is the record's OnExpire stop.
 package e2b
 
 import (
@@ -309,7 +311,7 @@ func (s *API) sandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
 
 func (s *API) listedView(rec store.Sandbox) Listed {
 	state := "running"
-	if rec.State != store.StateRunning {
+	if s.paused(rec) {
 		state = "paused"
 	}
 	end := rec.Deadline

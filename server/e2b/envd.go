@@ -37,6 +37,9 @@ import (
 //     network.allowPublicTraffic false. Ports of sandboxes made through
 //     /v1 keep Cove's rules (server/internal/proxy).
 //
+// A paused sandbox made with autoResume is resumed by the first such
+// request that is let in (autoresume.go); one without answers as below.
+//
 // Errors are E2B's proxy's: a sandbox that is unknown, gone or paused is
 // a 502 (the SDK raises TimeoutError, as against E2B), a wrong token a
 // 401 for envd and a 403 for ports. Connect RPC requests get Connect's
@@ -129,7 +132,8 @@ func pausedError(w http.ResponseWriter, r *http.Request, rec store.Sandbox, port
 // serveEnvd checks a request's right to a sandbox's envd and passes it
 // to the sandbox's daemon.
 func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbox) {
-	if rec.State != store.StateRunning {
+	paused := s.paused(rec)
+	if paused && !autoResumes(rec) {
 		pausedError(w, r, rec, envdPort)
 		return
 	}
@@ -137,6 +141,13 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 	path := r.URL.Path
 	switch {
 	case r.Method == http.MethodGet && path == "/health":
+		// Open to anyone while running, as envd's; only the token's
+		// holder resumes a paused sandbox with it (the SDK's isRunning
+		// sends it, and resumes it on E2B too).
+		if paused && (token == "" || !guest.HasAccessToken(r.Header, token)) {
+			pausedError(w, r, rec, envdPort)
+			return
+		}
 	case path == "/init":
 		writeProxyError(w, r, http.StatusForbidden, rec.ID, envdPort,
 			"/init is the control plane's, not reachable from outside; give environment variables as envs to Sandbox.create or to each command")
@@ -165,6 +176,12 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 					"file metadata (X-Metadata-* headers) is not supported by Cove's sandboxes; write the file without metadata")
 				return
 			}
+		}
+	}
+	if paused {
+		var ok bool
+		if rec, ok = s.resumeFor(w, r, rec, envdPort); !ok {
+			return
 		}
 	}
 	sess, err := s.fleet.LiveSession(r.Context(), rec)
@@ -285,9 +302,15 @@ func (s *API) servePort(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 			return
 		}
 	}
-	if rec.State != store.StateRunning {
-		pausedError(w, r, rec, port)
-		return
+	if s.paused(rec) {
+		if !autoResumes(rec) {
+			pausedError(w, r, rec, port)
+			return
+		}
+		var ok bool
+		if rec, ok = s.resumeFor(w, r, rec, port); !ok {
+			return
+		}
 	}
 	sess, err := s.fleet.LiveSession(r.Context(), rec)
 	if err != nil {

@@ -33,6 +33,7 @@ type newSandbox struct {
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
+	Lifecycle    *newLifecycle              `json:"lifecycle"`
 	Network      map[string]json.RawMessage `json:"network"`
 	MCP          json.RawMessage            `json:"mcp"`
 	IAM          json.RawMessage            `json:"iam"`
@@ -44,8 +45,6 @@ type newSandbox struct {
 func (b *newSandbox) unsupported() string {
 	isSet := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 	switch {
-	case b.AutoResume != nil && b.AutoResume.Enabled:
-		return "autoResume: Cove does not resume paused sandboxes on traffic yet; resume them with Sandbox.connect"
 	case isSet(b.MCP):
 		return "mcp: Cove has no MCP gateway in its sandboxes yet; leave it unset"
 	case isSet(b.IAM):
@@ -89,6 +88,11 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
+	pause, resume, msg := body.timeoutPolicy()
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
 	network, msg := body.network()
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
@@ -124,7 +128,7 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 		template = "" // the server's default template
 	}
 	onExpire := store.ExpireDelete
-	if body.AutoPause != nil && *body.AutoPause {
+	if pause {
 		onExpire = store.ExpireStop
 	}
 	// The client leaving must not leave a sandbox half made.
@@ -133,6 +137,9 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 	own := map[string]string{madeLabel: "1", envdTokenLabel: newToken()}
 	if !public {
 		own[trafficTokenLabel] = newToken()
+	}
+	if resume {
+		own[autoResumeLabel] = "1"
 	}
 	rec, _, err := s.fleet.CreateLabeled(ctx, c.team, api.CreateSandbox{
 		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata, Network: network,
@@ -160,7 +167,7 @@ func (s *API) get(w http.ResponseWriter, r *http.Request, c *caller) {
 		onTimeout = "pause"
 	}
 	web.WriteJSON(w, http.StatusOK, Detail{Listed: s.listedView(rec), EnvdAccessToken: envd, Domain: s.domain(),
-		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: lifecycle{OnTimeout: onTimeout}})
+		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: lifecycle{OnTimeout: onTimeout, AutoResume: autoResumes(rec)}})
 }
 
 func (s *API) kill(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -228,7 +235,7 @@ func (s *API) extend(w http.ResponseWriter, r *http.Request, c *caller, ttl time
 	if !ok {
 		return
 	}
-	if rec.State != store.StateRunning {
+	if s.paused(rec) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused; resume it with Sandbox.connect first", rec.ID))
 		return
 	}
@@ -252,7 +259,7 @@ func (s *API) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 	if !ok {
 		return
 	}
-	if rec.State != store.StateRunning {
+	if s.paused(rec) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
 		return
 	}
@@ -312,6 +319,8 @@ type listQuery struct {
 	template     string
 	startedAfter time.Time
 	desc         bool
+	// state is E2B's state asked for, running or paused; "" for both.
+	state string
 }
 
 // parseList reads the list's query; a message says what is wrong.
@@ -336,9 +345,13 @@ func parseList(q url.Values, team string) (listQuery, string) {
 		}
 	}
 	if len(states) > 0 && !(slices.Contains(states, "running") && slices.Contains(states, "paused")) {
+		// A record still running past a timeout that pauses it is
+		// paused to E2B (API.paused): the store's running records are
+		// read too and keep filters them, which may leave a page short.
+		lq.state = states[0]
 		lq.filter.State = store.StateRunning
-		if states[0] == "paused" {
-			lq.filter.State = store.StateStopped
+		if lq.state == "paused" {
+			lq.filter.State = ""
 		}
 	}
 	if m := q.Get("metadata"); m != "" {
@@ -378,7 +391,8 @@ func parseList(q url.Values, team string) (listQuery, string) {
 // keep reports whether a listed record passes the filters the store does
 // not apply.
 func (s *API) keep(lq listQuery, rec store.Sandbox) bool {
-	return !s.gone(rec) && (lq.template == "" || lq.template == templateOf(rec)) &&
+	return !s.gone(rec) && (lq.state == "" || (lq.state == "paused") == s.paused(rec)) &&
+		(lq.template == "" || lq.template == templateOf(rec)) &&
 		(lq.startedAfter.IsZero() || !rec.StartedAt.Before(lq.startedAfter))
 }
 
