@@ -19,6 +19,7 @@ const (
 	StreamHeader      = wire.StreamHeader
 	DetachedHeader    = wire.DetachedHeader
 	KillAfterHeader   = wire.KillAfterHeader
+	WorkdirHeader     = wire.WorkdirHeader
 )
 
 // httpError reads envd's {"message","code"} error body and maps the
