@@ -20,6 +20,7 @@ const (
 	DetachedHeader    = wire.DetachedHeader
 	KillAfterHeader   = wire.KillAfterHeader
 	WorkdirHeader     = wire.WorkdirHeader
+	SudoHeader        = wire.SudoHeader
 )
 
 // httpError reads envd's {"message","code"} error body and maps the

@@ -196,10 +196,14 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		out.Header.Del(SandboxPortHeader)
 		out.Header.Del(trafficTokenHeader)
 		out.Header.Del(guest.WorkdirHeader)
+		out.Header.Del(guest.SudoHeader)
 		if made {
 			// E2B's default workdir: relative paths and commands without
-			// a cwd are in /home/user. /v1 sandboxes keep their workspace.
+			// a cwd are in /home/user; and user has sudo, as on E2B's
+			// base template. /v1 sandboxes keep their workspace, and no
+			// sudo.
 			out.Header.Set(guest.WorkdirHeader, Workdir)
+			out.Header.Set(guest.SudoHeader, "user")
 		}
 	}, func(w http.ResponseWriter, r *http.Request, err error) {
 		var mbe *http.MaxBytesError

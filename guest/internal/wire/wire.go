@@ -52,6 +52,11 @@ const (
 	// (envd's defaultWorkdir), /home/user for sandboxes made through the
 	// E2B API. A confinement (ConfineHeader) still bases relative paths.
 	WorkdirHeader = "X-Cove-Workdir"
+	// SudoHeader, a Cove extension, names a user of the sandbox that
+	// `sudo` works for, as on E2B's base template. Once a request with
+	// the daemon's access token has named one, it keeps sudo until the
+	// daemon ends. Daemons started without sudo ignore it.
+	SudoHeader = "X-Cove-Sudo"
 )
 
 // wireErrors is the one table between the sandbox contract's sentinel
