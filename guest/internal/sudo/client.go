@@ -179,7 +179,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sudo: %v\n", err)
 		return 1
 	}
-	code, err := run(req)
+	code, err := run(SocketPath, req, [3]int{0, 1, 2})
 	if err != nil {
 		fmt.Fprintf(stderr, "sudo: %v\n", err)
 		return 1
@@ -244,10 +244,10 @@ func shellJoin(args []string) string {
 	return b.String()
 }
 
-// run hands the request and this process's stdio to the daemon and
-// relays signals until the command ends.
-func run(req *Request) (int, error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: SocketPath, Net: "unix"})
+// run hands the request and stdio (this process's 0, 1 and 2) to the
+// daemon at sock and relays signals until the command ends.
+func run(sock string, req *Request, stdio [3]int) (int, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
 			return 0, errors.New("not available in this sandbox: Cove gives sudo to the user of sandboxes made through the E2B API; elsewhere run the command as root through the API")
@@ -255,21 +255,13 @@ func run(req *Request) (int, error) {
 		return 0, err
 	}
 	defer c.Close()
-	if _, _, err := c.WriteMsgUnix([]byte{0}, unix.UnixRights(0, 1, 2), nil); err != nil {
-		return 0, fmt.Errorf("reaching the sandbox's daemon: %w", err)
-	}
-	data, err := json.Marshal(req)
-	if err != nil {
+	if err := send(c, req, stdio); err != nil {
+		// The daemon may have refused the caller before reading.
+		var m message
+		if json.NewDecoder(c).Decode(&m) == nil && m.Error != "" {
+			return 0, errors.New(m.Error)
+		}
 		return 0, err
-	}
-	if len(data) > maxRequest {
-		return 0, fmt.Errorf("the command and its environment are over %d bytes", maxRequest)
-	}
-	if err := binary.Write(c, binary.BigEndian, uint32(len(data))); err != nil {
-		return 0, fmt.Errorf("reaching the sandbox's daemon: %w", err)
-	}
-	if _, err := c.Write(data); err != nil {
-		return 0, fmt.Errorf("reaching the sandbox's daemon: %w", err)
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH)
@@ -295,6 +287,27 @@ func run(req *Request) (int, error) {
 		}
 	}
 	return 0, errors.New("the sandbox's daemon went away before the command ended")
+}
+
+// send sends stdio and the request.
+func send(c *net.UnixConn, req *Request, stdio [3]int) error {
+	if _, _, err := c.WriteMsgUnix([]byte{0}, unix.UnixRights(stdio[:]...), nil); err != nil {
+		return fmt.Errorf("reaching the sandbox's daemon: %w", err)
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(data) > maxRequest {
+		return fmt.Errorf("the command and its environment are over %d bytes", maxRequest)
+	}
+	if err := binary.Write(c, binary.BigEndian, uint32(len(data))); err != nil {
+		return fmt.Errorf("reaching the sandbox's daemon: %w", err)
+	}
+	if _, err := c.Write(data); err != nil {
+		return fmt.Errorf("reaching the sandbox's daemon: %w", err)
+	}
+	return nil
 }
 
 // passwdEntry is the /etc/passwd entry of the user name (or of uid, for
