@@ -46,6 +46,10 @@ type Config struct {
 // cannot tie up the daemon's descriptors through its socket.
 const maxConns = 256
 
+// retryLookup is how long Allow remembers that a user does not exist
+// (every envd request names the user, and /etc/passwd may gain it).
+const retryLookup = 10 * time.Second
+
 // Server is the daemon's side: it listens once the first user is allowed.
 type Server struct {
 	cfg Config
@@ -53,6 +57,7 @@ type Server struct {
 	mu      sync.Mutex
 	allowed map[uint32]string // uid to name
 	names   map[string]bool
+	failed  map[string]time.Time // names not found, when last looked up
 	l       *net.UnixListener
 	sem     chan struct{}
 }
@@ -62,20 +67,23 @@ func NewServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, allowed: map[uint32]string{}, names: map[string]bool{}, sem: make(chan struct{}, maxConns)}
+	return &Server{cfg: cfg, allowed: map[uint32]string{}, names: map[string]bool{}, failed: map[string]time.Time{}, sem: make(chan struct{}, maxConns)}
 }
 
 // Allow gives the sandbox's user name sudo, starting the socket on first
 // use. Root may always use it once it exists.
 func (s *Server) Allow(name string) error {
 	s.mu.Lock()
-	known := s.names[name]
+	known, failed := s.names[name], s.failed[name]
 	s.mu.Unlock()
-	if known {
+	if known || time.Since(failed) < retryLookup {
 		return nil
 	}
 	t, err := s.cfg.Lookup(name)
 	if err != nil {
+		s.mu.Lock()
+		s.failed[name] = time.Now()
+		s.mu.Unlock()
 		return err
 	}
 	s.mu.Lock()

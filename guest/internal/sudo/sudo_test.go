@@ -229,3 +229,24 @@ func TestServerRefusesFewFiles(t *testing.T) {
 		t.Errorf("one descriptor: %+v, %v", m, err)
 	}
 }
+
+// TestAllowUnknownUser: a user the sandbox lacks gets no socket, and the
+// failed lookup is not repeated on every request.
+func TestAllowUnknownUser(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sudo.sock")
+	lookups := 0
+	s := NewServer(Config{Path: sock, Lookup: func(string) (*Target, error) {
+		lookups++
+		return nil, errors.New("no such user")
+	}})
+	defer s.Close()
+	if err := s.Allow("user"); err == nil {
+		t.Error("an unknown user was allowed")
+	}
+	if err := s.Allow("user"); err != nil || lookups != 1 {
+		t.Errorf("the second Allow: %v after %d lookups, want it remembered", err, lookups)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("the socket exists though nobody has sudo")
+	}
+}
