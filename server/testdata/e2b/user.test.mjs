@@ -14,6 +14,24 @@ const { Sandbox, CommandExitError } = e2b
 const mode = process.env.COVE_E2B_MODE
 const runID = crypto.randomBytes(4).toString('hex')
 
+// eventually polls fn until it returns a truthy value, for at most
+// `seconds`.
+async function eventually(what, fn, seconds = 30) {
+  const end = Date.now() + seconds * 1000
+  let last
+  for (;;) {
+    try {
+      const v = await fn()
+      if (v) return v
+      last = v
+    } catch (err) {
+      last = err
+    }
+    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last})`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
 describe(`E2B users and paths on Cove (${mode} routing)`, () => {
   let sbx
 
@@ -70,6 +88,24 @@ describe(`E2B users and paths on Cove (${mode} routing)`, () => {
     assert.equal((await sbx.commands.run('stat -c %U /etc/cove-sudo-test')).stdout.trim(), 'root')
     // -u names another user.
     assert.equal((await sbx.commands.run('sudo -u user whoami', { user: 'root' })).stdout.trim(), 'user')
+  })
+
+  test('sudo in a PTY: the terminal passes through, Ctrl-C reaches the command', async () => {
+    let out = ''
+    const dec = new TextDecoder()
+    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += dec.decode(d)) })
+    const send = (s) => sbx.pty.sendInput(h.pid, new TextEncoder().encode(s))
+    await send('pwd; sudo sh -c "id -u; tty >/dev/null && echo on-a-tty"\n')
+    await eventually('sudo output in the PTY', () => out.includes('0\r\non-a-tty'))
+    assert.ok(out.includes('/home/user'), out)
+    // Ctrl-C ends a command run with sudo, and the shell goes on.
+    await send('sudo sleep 600; echo after-sleep-$?\n')
+    await eventually('the sleep under sudo', async () => (await sbx.commands.run('pgrep -x sleep || true')).stdout.trim() !== '')
+    await send('\x03')
+    await eventually('Ctrl-C through sudo', () => out.includes('after-sleep-130'))
+    await eventually('the sleep gone', async () => (await sbx.commands.run('pgrep -x sleep || true')).stdout.trim() === '')
+    await send('exit\n')
+    await h.wait().catch(() => {})
   })
 
   test('a /v1 sandbox keeps its workspace', { skip: !process.env.COVE_V1_SANDBOX }, async () => {
