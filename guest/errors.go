@@ -19,6 +19,8 @@ const (
 	StreamHeader      = wire.StreamHeader
 	DetachedHeader    = wire.DetachedHeader
 	KillAfterHeader   = wire.KillAfterHeader
+	WorkdirHeader     = wire.WorkdirHeader
+	SudoHeader        = wire.SudoHeader
 )
 
 // httpError reads envd's {"message","code"} error body and maps the

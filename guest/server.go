@@ -37,6 +37,7 @@ import (
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
 	"github.com/cove-sandbox/cove/guest/internal/fsys"
 	"github.com/cove-sandbox/cove/guest/internal/procs"
+	"github.com/cove-sandbox/cove/guest/internal/sudo"
 	"github.com/cove-sandbox/cove/guest/internal/wire"
 )
 
@@ -76,6 +77,10 @@ type Config struct {
 	// thread that joined it, so they cannot take the daemon down with
 	// them). It must start cmd as cmd.Start would, and return its error.
 	Spawn func(cmd *exec.Cmd) error
+	// SudoSocket, when set, is where the daemon serves sudo for the
+	// users a request's SudoHeader names (see sudo.go); "" gives no sudo.
+	// Only a daemon whose Root is "/" may set it.
+	SudoSocket string
 	// Logger receives the daemon's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -90,6 +95,8 @@ type Server struct {
 	// envMu guards env: Config.Env plus what POST /init added.
 	envMu sync.RWMutex
 	env   map[string]string
+
+	sudo *sudo.Server // nil without Config.SudoSocket
 }
 
 // NewServer prepares a daemon from cfg.
@@ -129,6 +136,7 @@ func NewServer(cfg Config) (*Server, error) {
 		Workdir: cfg.Workdir, KeepAlive: cfg.KeepAlive, OutputBuffer: cfg.OutputBuffer, Reap: cfg.Reap,
 		OOMCounter: cfg.OOMCounter, Spawn: cfg.Spawn, FS: s.fs, Env: s.copyEnv,
 	})
+	s.sudo = s.newSudo()
 	return s, nil
 }
 
@@ -151,7 +159,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /cove/tar", s.requireToken(http.HandlerFunc(s.fs.TarUpload)))
 	mux.Handle("POST /cove/detach", s.requireToken(http.HandlerFunc(s.procs.DetachStream)))
 	mux.Handle("GET /cove/port/{port}", s.requireToken(http.HandlerFunc(s.tunnel)))
-	return fsys.WithConfine(mux)
+	return fsys.WithConfine(s.withSudo(mux))
 }
 
 // Serve serves the daemon on l until ctx ends, then closes running
@@ -183,6 +191,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 func (s *Server) Close() {
 	s.procs.CloseAll()
 	s.fs.CloseWatchers()
+	if s.sudo != nil {
+		s.sudo.Close()
+	}
 }
 
 // TokenEqual reports, in constant time, whether got is the token want.

@@ -20,6 +20,9 @@ command -v dpkg-deb >/dev/null || need+=(dpkg)
 # The agent's end-to-end test runs pytest inside a sandbox on the host
 # template, which sees the host's /usr.
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
+# E2B sandboxes on the host template get the daemon's sudo bound over
+# the host's /usr/bin/sudo, which must exist for that (guest/sudo.go).
+[ -e /usr/bin/sudo ] || need+=(sudo)
 # The MCP adapter's tests run a real npm MCP server with node.
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)

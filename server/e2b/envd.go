@@ -45,6 +45,11 @@ import (
 // 401 for envd and a 403 for ports. Connect RPC requests get Connect's
 // error body, so the SDK's Connect client reads the code.
 
+// Workdir is the home and working directory of sandboxes made through
+// the E2B API, as on E2B's base template: relative paths of envd calls
+// and commands run without a cwd start there.
+const Workdir = "/home/user"
+
 const (
 	SandboxIDHeader    = "E2b-Sandbox-Id"
 	SandboxPortHeader  = "E2b-Sandbox-Port"
@@ -202,10 +207,21 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
 	id := rec.ID
+	made := rec.Spec.Labels[madeLabel] != ""
 	rp := s.proxy.Daemon(id, network, address, daemonToken, func(out, _ *http.Request) {
 		out.Header.Del(SandboxIDHeader)
 		out.Header.Del(SandboxPortHeader)
 		out.Header.Del(trafficTokenHeader)
+		out.Header.Del(guest.WorkdirHeader)
+		out.Header.Del(guest.SudoHeader)
+		if made {
+			// E2B's default workdir: relative paths and commands without
+			// a cwd are in /home/user; and user has sudo, as on E2B's
+			// base template. /v1 sandboxes keep their workspace, and no
+			// sudo.
+			out.Header.Set(guest.WorkdirHeader, Workdir)
+			out.Header.Set(guest.SudoHeader, "user")
+		}
 	}, func(w http.ResponseWriter, r *http.Request, err error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

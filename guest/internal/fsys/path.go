@@ -106,7 +106,7 @@ type lookupOpts struct {
 // is not an error: the node says where it would be created. The caller
 // closes the node.
 func (s *Service) lookup(ctx context.Context, p string, o lookupOpts) (*node, error) {
-	return s.lookupIn(confineOf(ctx), p, o)
+	return s.lookupIn(confineOf(ctx), inWorkdir(ctx, p), o)
 }
 
 // confineOf is the confinement of the request in ctx, "" for none.
@@ -478,10 +478,18 @@ func mapOSError(err error) error {
 
 type confineKey struct{}
 
-// WithConfine reads wire.ConfineHeader into the request's context, for
-// lookup and Resolve.
+// WithConfine reads wire.ConfineHeader and wire.WorkdirHeader into the
+// request's context, for lookup and Resolve.
 func WithConfine(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := r.Header.Get(wire.WorkdirHeader); d != "" {
+			wd, err := sandbox.ResolvePath("/", decodePath(d))
+			if err != nil || !path.IsAbs(d) {
+				wire.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s header %q: want an absolute sandbox path", wire.WorkdirHeader, d))
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), workdirKey{}, wd))
+		}
 		if c := r.Header.Get(wire.ConfineHeader); c != "" {
 			root, err := sandbox.ResolvePath("/", decodePath(c))
 			if err != nil || !path.IsAbs(c) {
@@ -494,6 +502,25 @@ func WithConfine(h http.Handler) http.Handler {
 	})
 }
 
+type workdirKey struct{}
+
+// WorkdirOf is the request's workdir (wire.WorkdirHeader), "" for the
+// daemon's own.
+func WorkdirOf(ctx context.Context) string {
+	w, _ := ctx.Value(workdirKey{}).(string)
+	return w
+}
+
+// inWorkdir makes a relative p absolute under the request's workdir,
+// when it names one and no confinement bases relative paths instead.
+func inWorkdir(ctx context.Context, p string) string {
+	wd := WorkdirOf(ctx)
+	if wd == "" || path.IsAbs(p) || confineOf(ctx) != "" {
+		return p
+	}
+	return wd + "/" + p
+}
+
 // Resolve resolves p for the request in ctx (see lookup) to its
 // sandbox path and where that is on the host, for what must be named by
 // path (a process's working directory).
@@ -502,7 +529,7 @@ func WithConfine(h http.Handler) http.Handler {
 func (s *Service) Resolve(ctx context.Context, p string, follow bool) (sandboxPath, hostPath string, err error) {
 	n, err := s.lookup(ctx, p, lookupOpts{follow: follow})
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		sp, err := s.absPath(confineOf(ctx), p)
+		sp, err := s.absPath(confineOf(ctx), inWorkdir(ctx, p))
 		if err != nil {
 			return "", "", err
 		}

@@ -451,6 +451,9 @@ func (m *Manager) admit(cfg *pb.ProcessConfig, tag string) error {
 // its working directory (confined), environment and user.
 func (m *Manager) command(ctx context.Context, cfg *pb.ProcessConfig, user *fsys.User) (*exec.Cmd, error) {
 	cwd := m.cfg.Workdir
+	if wd := fsys.WorkdirOf(ctx); wd != "" {
+		cwd = wd
+	}
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		cwd = *cfg.Cwd
 	}

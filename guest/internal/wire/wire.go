@@ -46,6 +46,17 @@ const (
 	// (sandbox.ExecRequest.Timeout). Unlike a Start call's own deadline,
 	// it does not end the stream.
 	KillAfterHeader = "X-Cove-Kill-After"
+	// WorkdirHeader, a Cove extension, names the sandbox directory that
+	// the request's relative paths, and a process started without a cwd,
+	// start in, in place of the daemon's workdir: E2B's default workdir
+	// (envd's defaultWorkdir), /home/user for sandboxes made through the
+	// E2B API. A confinement (ConfineHeader) still bases relative paths.
+	WorkdirHeader = "X-Cove-Workdir"
+	// SudoHeader, a Cove extension, names a user of the sandbox that
+	// `sudo` works for, as on E2B's base template. Once a request with
+	// the daemon's access token has named one, it keeps sudo until the
+	// daemon ends. Daemons started without sudo ignore it.
+	SudoHeader = "X-Cove-Sudo"
 )
 
 // wireErrors is the one table between the sandbox contract's sentinel

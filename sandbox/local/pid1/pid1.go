@@ -60,8 +60,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := buildRoot(cfg); err != nil {
+	withSudo, err := buildRoot(cfg, log)
+	if err != nil {
 		return fmt.Errorf("building the sandbox's root filesystem: %w", err)
+	}
+	sudoSocket := ""
+	if withSudo {
+		sudoSocket = guest.SudoSocketPath
 	}
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bringing up loopback: %w", err)
@@ -95,6 +100,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	srv, err := guest.NewServer(guest.Config{
 		Root: "/", Workdir: cfg.Workspace, AccessToken: token, Env: cfg.Env,
 		User: cfg.User, Reap: true, Logger: log, OOMCounter: oomCounter, Spawn: spawn,
+		SudoSocket: sudoSocket,
 	})
 	if err != nil {
 		return err
@@ -138,56 +144,59 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 // directories and mounts, by paths that now resolve inside the sandbox
 // the way any of its processes' paths do. A planted link leads somewhere
 // in the sandbox, never out.
-func buildRoot(cfg *sbdir.Init) error {
+func buildRoot(cfg *sbdir.Init, log *slog.Logger) (withSudo bool, err error) {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
+		return false, fmt.Errorf("making mounts private: %w", err)
 	}
 	root := filepath.Join(cfg.Dir, "rootfs")
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return err
+		return false, err
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.Lower, cfg.Upper, cfg.Work)
 	// nodev: a device node in a template must not open the host's device
 	// (the runtime's /dev is a mount of its own).
 	if err := unix.Mount("overlay", root, "overlay", unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mounting the overlay (%s): %w", opts, err)
+		return false, fmt.Errorf("mounting the overlay (%s): %w", opts, err)
 	}
 	host, err := takeHostMounts(cfg.Binds)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer host.close()
+	exe := cloneExe(log)
+	defer exe.close()
 	// pivot_root(".", ".") stacks the old root on the new one; unmounting
 	// it detaches every host mount from this namespace.
 	if err := unix.Chdir(root); err != nil {
-		return err
+		return false, err
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
+		return false, fmt.Errorf("pivot_root: %w", err)
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the host's root: %w", err)
+		return false, fmt.Errorf("detaching the host's root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return err
+		return false, err
 	}
 	// From here on every path is the sandbox's own.
 	for _, b := range host.binds {
 		if _, err := mkdirAll(b.path, 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", b.path, err)
+			return false, fmt.Errorf("creating %s: %w", b.path, err)
 		}
 		if err := attach(b, b.path, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// The workspace and the user's home belong to the sandbox's user.
 	for _, d := range []string{cfg.Workspace, "/home/" + cfg.User} {
 		if err := ownDir(d, cfg.UID, cfg.GID); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return mountPseudo(cfg, host)
+	withSudo = bindSudo(exe, log)
+	return withSudo, mountPseudo(cfg, host)
 }
 
 // hostMount is something of the host's, cloned as a detached mount before

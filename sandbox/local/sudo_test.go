@@ -1,0 +1,99 @@
+package local
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cove-sandbox/cove/guest"
+	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
+	"github.com/cove-sandbox/cove/template"
+)
+
+// TestSudo: the daemon's sudo, on the host template (whose /usr/bin/sudo
+// is the host's, covered) and on a Debian template without sudo (pid 1
+// makes the file in the sandbox's overlay): absent until the daemon is
+// told a user may use it, then root for that user only.
+func TestSudo(t *testing.T) {
+	rt := newRuntime(t)
+	t.Run("host", func(t *testing.T) { checkSudo(t, rt, "") })
+	t.Run("debian", func(t *testing.T) {
+		if _, err := exec.LookPath("mmdebstrap"); err != nil {
+			if _, err := exec.LookPath("debootstrap"); err != nil {
+				t.Skip("needs mmdebstrap or debootstrap (make test installs them)")
+			}
+		}
+		// The same template as TestDebianTemplateKeepsInstalledPackages:
+		// built once per run.
+		store, err := template.Open(filepath.Join(rt.cfg.Dir, ".templates"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Get("debian-test"); err != nil {
+			if _, err := store.Build(t.Context(), "debian-test", template.BuildOptions{}); err != nil {
+				t.Skipf("cannot build a Debian template here (is the mirror reachable?): %v", err)
+			}
+		}
+		checkSudo(t, rt, "debian-test")
+	})
+}
+
+func checkSudo(t *testing.T, rt *Runtime, tmpl string) {
+	ctx := context.Background()
+	s, err := rt.Create(ctx, sandbox.Spec{Template: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	run := func(user, script string) string {
+		t.Helper()
+		var out strings.Builder
+		if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", script}, User: user, Stdout: &out, Stderr: &out}); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	if got := run("", "sudo true; echo exit=$?"); !strings.Contains(got, "not available") || !strings.Contains(got, "exit=1") {
+		t.Fatalf("sudo before the daemon gives it: %q", got)
+	}
+	allowSudo(t, rt, s.ID(), "user")
+	if got := run("", "sudo id -u; sudo -n true && echo ok"); got != "0\nok\n" {
+		t.Errorf("sudo as user: %q", got)
+	}
+	if got := run("", "sudo sh -c 'echo hi > /etc/cove-sudo' && stat -c %U /etc/cove-sudo"); got != "root\n" {
+		t.Errorf("a file root wrote through sudo: %q", got)
+	}
+	if got := run("nobody", "sudo true 2>&1; echo exit=$?"); !strings.Contains(got, "not allowed") || !strings.Contains(got, "exit=1") {
+		t.Errorf("sudo as nobody: %q", got)
+	}
+	if got := run("", "grep ' /usr/bin/sudo ' /proc/self/mountinfo"); !strings.Contains(got, " ro,nosuid,nodev") {
+		t.Errorf("/usr/bin/sudo's mount: %q, want read-only, nosuid, nodev", got)
+	}
+}
+
+// allowSudo tells sandbox id's daemon that user may use sudo, as the E2B
+// API's proxy does on every envd call.
+func allowSudo(t *testing.T, rt *Runtime, id, user string) {
+	t.Helper()
+	st, err := sbdir.Read(rt.dir(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(rt.dir(id), "guest.sock"))
+	}}}
+	req, _ := http.NewRequest("GET", "http://sandbox/health", nil)
+	req.Header.Set(guest.AccessTokenHeader, st.Token)
+	req.Header.Set(guest.SudoHeader, user)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	hc.CloseIdleConnections()
+}
