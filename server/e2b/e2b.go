@@ -75,8 +75,13 @@ type Config struct {
 	Proxy *proxy.Proxy
 	Errs  *web.Errors
 	Log   *slog.Logger
-	// Domain, when set, is the domain sandboxes' host names are under.
+	// Domain, when set, is the domain sandboxes' host names are under;
+	// without it, localhost and the port a request came to (hosts.go).
 	Domain string
+	// Network is the network of a sandbox whose create does not say
+	// (allow_internet_access absent): "internet", E2B's default, or
+	// "none"; "" is "internet".
+	Network string
 	// MaxBodyBytes caps JSON bodies; MaxUploadBytes envd's uploads.
 	MaxBodyBytes, MaxUploadBytes int64
 	// Authenticate finds the team of a request by its API key: "" and
@@ -124,6 +129,7 @@ func (s *API) Routes(mux *http.ServeMux) {
 	h("POST /sandboxes/{sandboxID}/connect", s.connect)
 	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
 	h("GET /sandboxes/{sandboxID}/metrics", s.sandboxMetrics)
+	s.snapshotRoutes(h)
 }
 
 // errorBody is E2B's error body.
@@ -287,20 +293,9 @@ func templateOf(rec store.Sandbox) string {
 	return rec.Spec.Template
 }
 
-// domain is the domain sandboxes' host names are under, for the SDK to
-// build envd's and ports' URLs with; nil (the SDK's E2B_DOMAIN then)
-// when the server has none.
-func (s *API) domain() *string {
-	if s.cfg.Domain == "" {
-		return nil
-	}
-	d := s.cfg.Domain
-	return &d
-}
-
-func (s *API) sandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
+func (s *API) sandboxView(r *http.Request, rec store.Sandbox, envd, traffic string) Sandbox {
 	v := Sandbox{TemplateID: templateOf(rec), SandboxID: rec.ID, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: envd, Domain: s.domain()}
+		EnvdAccessToken: envd, Domain: s.domain(r)}
 	if traffic != "" {
 		v.TrafficAccessToken = &traffic
 	}
