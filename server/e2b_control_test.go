@@ -430,3 +430,39 @@ func TestE2BUnknownRoutes(t *testing.T) {
 		t.Errorf("GET /v2/sandboxes: %d %s", resp.StatusCode, data)
 	}
 }
+
+// TestE2BControlSDK runs testdata/e2b/control.test.mjs with the pinned
+// E2B JS SDK: snapshots, forks and getHost, with envd reached by host
+// name (--domain, TLS), by E2B_SANDBOX_URL's headers, and as the README's
+// local set-up has it (no --domain, plain HTTP, E2B_SANDBOX_URL, ports at
+// {port}-{id}.localhost:PORT; e2b.mjs resolves *.localhost to loopback as
+// browsers, curl and glibc's nss-myhostname do).
+func TestE2BControlSDK(t *testing.T) {
+	sdk, why := e2bSDKDir(t)
+	if sdk == "" {
+		t.Skip(why)
+	}
+	es := newE2BServer(t, Config{})
+	key := es.e2bKey(t, "control")
+	local := &e2bServer{testServer: newTestServer(t, Config{})}
+	localKey := local.e2bKey(t, "control")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(local.URL, "http://"))
+	for _, mode := range []string{"domain", "header", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			srv, env := es, []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain,
+				"E2B_DOMAIN=" + es.domain, "COVE_E2B_PORT_SCHEME=https"}
+			switch mode {
+			case "header":
+				env = append(env, "E2B_SANDBOX_URL="+es.URL)
+			case "local":
+				srv, env = local, []string{"E2B_API_KEY=" + localKey, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=localhost",
+					"E2B_SANDBOX_URL=" + local.URL, "COVE_E2B_PORT_SCHEME=http", "COVE_E2B_LOCAL_DOMAIN=localhost:" + port}
+			}
+			out, err := srv.node(t, sdk, env, "--test-reporter=spec", "control.test.mjs")
+			if err != nil {
+				t.Fatalf("node control.test.mjs (%s): %v\n%s", mode, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
