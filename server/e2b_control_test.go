@@ -88,12 +88,41 @@ func TestE2BSnapshots(t *testing.T) {
 	if got := list(key, ""); len(got) != 1 || got[0].SnapshotID != sn.SnapshotID {
 		t.Errorf("the team's snapshots: %+v, want %s", got, sn.SnapshotID)
 	}
-	if got := list(key, "?sandboxID="+sb.SandboxID); len(got) != 1 {
+	if got := list(key, "?sandboxID="+sb.SandboxID+"&name="+sn.SnapshotID); len(got) != 1 {
 		t.Errorf("snapshots of the sandbox: %+v", got)
 	}
 	if got := list(key, "?sandboxID=another"); len(got) != 0 {
 		t.Errorf("snapshots of another sandbox: %+v, want none", got)
 	}
+
+	// Pages of one, by X-Next-Token, give every snapshot once.
+	for range 2 {
+		var more e2b.SnapshotInfo
+		resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.SandboxID+"/snapshots", key, nil, nil)
+		if resp.StatusCode != 201 || json.Unmarshal(data, &more) != nil {
+			t.Fatalf("snapshot: %d %s", resp.StatusCode, data)
+		}
+		t.Cleanup(func() { ts.e2bCall(t, "DELETE", "/templates/"+more.SnapshotID, key, nil, nil) })
+	}
+	paged, token := map[string]bool{}, ""
+	for page := 0; page < 4; page++ {
+		var out []e2b.SnapshotInfo
+		resp, data := ts.e2bCall(t, "GET", "/snapshots?limit=1&nextToken="+token, key, nil, nil)
+		if resp.StatusCode != 200 || json.Unmarshal(data, &out) != nil || len(out) > 1 {
+			t.Fatalf("page %d: %d %s", page, resp.StatusCode, data)
+		}
+		for _, sn := range out {
+			paged[sn.SnapshotID] = true
+		}
+		if token = resp.Header.Get("X-Next-Token"); token == "" {
+			break
+		}
+	}
+	if len(paged) != 3 || token != "" {
+		t.Errorf("pages of one: %v (next %q), want the 3 snapshots", paged, token)
+	}
+	resp, data = ts.e2bCall(t, "GET", "/snapshots?nextToken=nonsense", key, nil, nil)
+	wantE2BError(t, "a bad nextToken", resp, data, 400)
 
 	// Another team: cannot see, snapshot, use or delete any of it.
 	if got := list(other, ""); len(got) != 0 {

@@ -99,31 +99,50 @@ func (s *API) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	slices.SortFunc(sns, func(a, b store.Snapshot) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	sandboxID, name, after := q.Get("sandboxID"), strings.TrimSuffix(q.Get("name"), ":default"), q.Get("nextToken")
+	slices.SortFunc(sns, compareSnapshots)
+	after, ok := parseCursor(q.Get("nextToken"))
+	if !ok {
+		writeError(w, http.StatusBadRequest, "nextToken: give the X-Next-Token of the previous page")
+		return
+	}
+	sandboxID, name := q.Get("sandboxID"), strings.TrimSuffix(q.Get("name"), ":default")
 	out := []SnapshotInfo{}
 	for i, sn := range sns {
-		if after != "" {
-			if sn.ID == after {
-				after = ""
-			}
-			continue
-		}
-		if sandboxID != "" && sn.SandboxID != sandboxID || name != "" && sn.ID != name {
+		if after.ID != "" && compareSnapshots(sn, after) <= 0 ||
+			sandboxID != "" && sn.SandboxID != sandboxID || name != "" && sn.ID != name {
 			continue
 		}
 		if len(out) == limit {
-			w.Header().Set("X-Next-Token", sns[i-1].ID)
+			prev := sns[i-1]
+			w.Header().Set("X-Next-Token", fmt.Sprintf("%d.%s", prev.CreatedAt.UnixNano(), prev.ID))
 			break
 		}
 		out = append(out, SnapshotInfo{SnapshotID: sn.ID, Names: []string{}})
 	}
 	web.WriteJSON(w, http.StatusOK, out)
+}
+
+// compareSnapshots orders snapshots oldest first, then by id.
+func compareSnapshots(a, b store.Snapshot) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// parseCursor reads a list's nextToken, "{created, unix ns}.{id}" of the
+// last snapshot of the page before: the next page starts after it, even
+// if it was deleted meanwhile. "" is the first page.
+func parseCursor(token string) (store.Snapshot, bool) {
+	if token == "" {
+		return store.Snapshot{}, true
+	}
+	ns, id, ok := strings.Cut(token, ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return store.Snapshot{}, false
+	}
+	return store.Snapshot{ID: id, CreatedAt: time.Unix(0, n)}, true
 }
 
 // deleteTemplate serves DELETE /templates/{id}: the SDK's deleteSnapshot.
