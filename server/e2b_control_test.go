@@ -487,11 +487,30 @@ func TestE2BControlSDK(t *testing.T) {
 				srv, env = local, []string{"E2B_API_KEY=" + localKey, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=localhost",
 					"E2B_SANDBOX_URL=" + local.URL, "COVE_E2B_PORT_SCHEME=http", "COVE_E2B_LOCAL_DOMAIN=localhost:" + port}
 			}
-			out, err := srv.node(t, sdk, env, "--test-reporter=spec", "control.test.mjs")
-			if err != nil {
-				t.Fatalf("node control.test.mjs (%s): %v\n%s", mode, err, out)
+			scripts := []string{"control.test.mjs"}
+			if agents := controlAgentsSDK(); agents != "" {
+				env = append(env, "COVE_AGENTS_SDK="+agents)
+				scripts = append(scripts, "agents_snapshot.test.mjs")
+			} else {
+				t.Log("the Agents SDK is not installed in .cache/npm/agents (scripts/deps.sh): its snapshot persistence is not run")
 			}
-			t.Logf("%s", out)
+			for _, script := range scripts {
+				out, err := srv.node(t, sdk, env, "--test-reporter=spec", script)
+				if err != nil {
+					t.Fatalf("node %s (%s): %v\n%s", script, mode, err, out)
+				}
+				t.Logf("%s", out)
+			}
 		})
 	}
+}
+
+// controlAgentsSDK is the directory whose node_modules holds the pinned
+// @openai/agents-extensions (scripts/deps.sh), "" when it is not there.
+func controlAgentsSDK() string {
+	dir, _ := filepath.Abs(filepath.Join("..", ".cache", "npm", "agents"))
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents-extensions", "package.json")); err != nil {
+		return ""
+	}
+	return dir
 }
