@@ -257,11 +257,18 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		// What no route serves, E2B's clients get in E2B's error body.
-		if _, pattern := s.mux.Handler(r); pattern == "" && s.e2b.ServeUnrouted(rec, r, E2BKeyPrefix) {
+		if s.e2b.ServeUnrouted(rec, r, E2BKeyPrefix, s.routed) {
 			return
 		}
 		s.mux.ServeHTTP(rec, r)
 	})
+}
+
+// routed reports whether a route of the mux serves r (a 405 for a known
+// path is not one).
+func (s *Server) routed(r *http.Request) bool {
+	_, pattern := s.mux.Handler(r)
+	return pattern != ""
 }
 
 // statusWriter records the status for logs and metrics, and passes

@@ -9,8 +9,9 @@
 // E2B_SANDBOX_URL, at one URL that names the sandbox and port in the
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers. This server is both: the
 // control plane's routes (sandboxes.go) sit beside /v1 over the same
-// records, runtime and quotas, and envd traffic (envd.go) is routed
-// to the sandbox's own daemon, which speaks envd's protocol.
+// records, runtime and quotas, with snapshots and forks (snapshots.go),
+// and envd traffic (envd.go) is routed to the sandbox's own daemon,
+// which speaks envd's protocol.
 //
 // Paths, JSON field names, status codes and error bodies ({"code": 404,
 // "message": "..."}) are E2B's, so the unmodified SDK raises the same
@@ -76,7 +77,8 @@ type Config struct {
 	Errs  *web.Errors
 	Log   *slog.Logger
 	// Domain, when set, is the domain sandboxes' host names are under;
-	// without it, localhost and the port a request came to (hosts.go).
+	// without it, localhost and the port a request came to
+	// (routes_misc.go).
 	Domain string
 	// Network is the network of a sandbox whose create does not say
 	// (allow_internet_access absent): "internet", E2B's default, or

@@ -56,18 +56,20 @@ func localDomain(r *http.Request) string {
 // one that no route serves gets E2B's error body.
 var e2bPrefixes = []string{"sandboxes", "v2", "v3", "templates", "snapshots", "teams", "volumes", "secrets", "access-tokens", "api-keys", "nodes"}
 
-// ServeUnrouted answers a request no route of the server serves, when it
-// is one for the E2B API (a path under one of E2B's prefixes, or an e2b_
-// key in X-API-Key anywhere but under /v1, /ui and /p), with E2B's JSON
-// error body; E2B's SDKs cannot read the mux's plain-text 404 (the Python
-// SDK fails on it). false for the rest, which keep their answers.
-func (s *API) ServeUnrouted(w http.ResponseWriter, r *http.Request, keyPrefix string) bool {
+// ServeUnrouted answers a request for the E2B API (a path under one of
+// E2B's prefixes, or an e2b_ key in X-API-Key anywhere but under /v1, /ui
+// and /p) that no route of the server serves, routed says, with E2B's
+// JSON error body: E2B's SDKs cannot read the mux's plain-text 404 (the
+// Python SDK fails on it). false for the rest, which keep their answers.
+// routed is asked only about E2B's requests, so no other pays for it.
+func (s *API) ServeUnrouted(w http.ResponseWriter, r *http.Request, keyPrefix string, routed func(*http.Request) bool) bool {
 	first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	switch {
 	case first == "v1" || first == "ui" || first == "p":
 		return false
-	case slices.Contains(e2bPrefixes, first), strings.HasPrefix(r.Header.Get("X-API-Key"), keyPrefix):
-	default:
+	case !slices.Contains(e2bPrefixes, first) && !strings.HasPrefix(r.Header.Get("X-API-Key"), keyPrefix):
+		return false
+	case routed(r):
 		return false
 	}
 	web.WriteJSON(w, http.StatusNotFound, errorBody{Code: http.StatusNotFound,
