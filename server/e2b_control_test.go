@@ -142,6 +142,9 @@ func TestE2BSnapshots(t *testing.T) {
 	if got := ts.exec(t, key, from.SandboxID, "cat "+file); got != "kept in the snapshot\n" {
 		t.Errorf("the file in a sandbox made from the snapshot: %q", got)
 	}
+	if from.TemplateID != sn.SnapshotID {
+		t.Errorf("the new sandbox's templateID: %q, want the snapshot's id %s", from.TemplateID, sn.SnapshotID)
+	}
 	if from.EnvdAccessToken == "" || from.EnvdAccessToken == sb.EnvdAccessToken {
 		t.Errorf("the new sandbox's envd token %q: want one of its own", from.EnvdAccessToken)
 	}
@@ -424,7 +427,6 @@ func TestE2BUnknownRoutes(t *testing.T) {
 	key := ts.e2bKey(t, "unknown")
 	for _, c := range []struct{ method, path, key string }{
 		{"GET", "/sandboxes/sbx1/nothing", key},
-		{"PUT", "/sandboxes/sbx1", key},
 		{"GET", "/v2/nothing", key},
 		{"GET", "/v3/templates", ""},
 		{"GET", "/templates", key},
@@ -439,6 +441,12 @@ func TestE2BUnknownRoutes(t *testing.T) {
 			t.Errorf("%s %s: Content-Type %q", c.method, c.path, ct)
 		}
 		wantE2BError(t, c.method+" "+c.path, resp, data, 404)
+	}
+	// A known path with a method it does not take is a 405 saying which.
+	resp, data := ts.e2bCall(t, "PUT", "/sandboxes/sbx1", key, nil, nil)
+	wantE2BError(t, "PUT /sandboxes/sbx1", resp, data, 405)
+	if allow := resp.Header.Get("Allow"); allow != "GET, DELETE" {
+		t.Errorf("PUT /sandboxes/sbx1: Allow %q, want GET, DELETE", allow)
 	}
 	// The rest keep their answers.
 	if resp, data := ts.e2bCall(t, "GET", "/health", key, nil, nil); resp.StatusCode != 200 || !strings.Contains(string(data), `"ok"`) {

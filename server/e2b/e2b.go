@@ -286,9 +286,12 @@ type lifecycle struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-// templateOf is the templateID of a record: Cove's default template is
-// E2B's base.
+// templateOf is the templateID of a record: the snapshot it was made
+// from, if any; Cove's default template is E2B's base.
 func templateOf(rec store.Sandbox) string {
+	if sid := rec.Spec.Labels[snapshotLabel]; sid != "" {
+		return sid
+	}
 	if rec.Spec.Template == "" {
 		return "base"
 	}

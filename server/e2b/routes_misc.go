@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-
-	"github.com/cove-sandbox/cove/server/internal/web"
 )
 
 // The network default, the domain sandboxes' hosts are under, and the
@@ -72,7 +70,19 @@ func (s *API) ServeUnrouted(w http.ResponseWriter, r *http.Request, keyPrefix st
 	case routed(r):
 		return false
 	}
-	web.WriteJSON(w, http.StatusNotFound, errorBody{Code: http.StatusNotFound,
-		Message: fmt.Sprintf("%s %s is not a route of this server's E2B API (Cove serves E2B's sandboxes, snapshots and envd routes; see the README's E2B section for what is supported)", r.Method, r.URL.Path)})
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if m != r.Method && routed(probe) {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: this route takes %s", r.Method, r.URL.Path, strings.Join(allowed, " or ")))
+		return true
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not a route of this server's E2B API (Cove serves E2B's sandboxes, snapshots, forks and envd; see the README's E2B section for what is supported)", r.Method, r.URL.Path))
 	return true
 }

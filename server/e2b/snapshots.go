@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -30,8 +31,13 @@ import (
 // A fork is a copy of the whole disk (sandbox.Forker), each with its own
 // envd and traffic tokens.
 
-// snapshotPrefix starts the ids of Cove's snapshots (fleet.Snapshot).
-const snapshotPrefix = "snap-"
+const (
+	// snapshotPrefix starts the ids of Cove's snapshots (fleet.Snapshot).
+	snapshotPrefix = "snap-"
+	// snapshotLabel holds the snapshot a sandbox was made from: its
+	// templateID, as on E2B.
+	snapshotLabel = "cove.e2b.snapshot"
+)
 
 // maxForks is the most forks one request may ask for; the team's quota
 // applies to each.
@@ -173,6 +179,8 @@ func (s *API) createFrom(ctx context.Context, team string, req api.CreateSandbox
 	}
 	sid := strings.TrimSuffix(req.Template, ":default")
 	req.Template = ""
+	own = maps.Clone(own)
+	own[snapshotLabel] = sid
 	rec, err := s.fleet.RestoreLabeled(ctx, team, sid, req, own)
 	if errors.Is(err, sandbox.ErrNotFound) && rec.ID == "" {
 		return rec, fmt.Errorf("template %q: no such template or snapshot of yours: %w", sid, sandbox.ErrNotFound)
