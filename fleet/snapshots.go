@@ -101,6 +101,12 @@ func (f *Fleet) OpenSnapshot(ctx context.Context, team, sid string) (store.Snaps
 // Restore makes a sandbox for team (req as for Create, without a
 // manifest) with the workspace of team's snapshot sid.
 func (f *Fleet) Restore(ctx context.Context, team, sid string, req api.CreateSandbox) (store.Sandbox, error) {
+	return f.RestoreLabeled(ctx, team, sid, req, nil)
+}
+
+// RestoreLabeled is Restore with labels of the server's own, as
+// CreateLabeled.
+func (f *Fleet) RestoreLabeled(ctx context.Context, team, sid string, req api.CreateSandbox, own map[string]string) (store.Sandbox, error) {
 	if len(req.Manifest) > 0 {
 		return store.Sandbox{}, invalid("manifest: a restored sandbox's workspace comes from the snapshot; create the sandbox without one")
 	}
@@ -109,7 +115,7 @@ func (f *Fleet) Restore(ctx context.Context, team, sid string, req api.CreateSan
 		return store.Sandbox{}, err
 	}
 	defer file.Close()
-	rec, sess, err := f.Create(ctx, team, req)
+	rec, sess, err := f.CreateLabeled(ctx, team, req, own)
 	if err != nil {
 		return rec, err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/server/e2b"
 	"github.com/cove-sandbox/cove/server/internal/proxy"
 	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
@@ -153,7 +155,7 @@ func (s *Server) servePortByHost(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	// A bounded route label for metrics, as the mux sets for the rest.
-	r.Pattern = "{port}-{id}." + s.cfg.Domain
+	r.Pattern = "{port}-{id}." + cmp.Or(s.cfg.Domain, e2b.LocalDomain)
 	// envd's port, and every port of sandboxes made through the E2B API,
 	// follow E2B's rules (server/e2b); the rest Cove's.
 	s.e2b.ServeByHost(w, r, id, port)

@@ -43,6 +43,10 @@ type Config struct {
 	// Domain, when set, makes ports reachable as {port}-{id}.{Domain}
 	// (wildcard DNS to this server).
 	Domain string
+	// E2BNetwork is the network of a sandbox made through the E2B API
+	// whose create does not say (no allow_internet_access): "internet"
+	// (the default, as E2B's) or "none". Cove's own API keeps none.
+	E2BNetwork string
 	// BaseURL is how clients reach this server ("http://127.0.0.1:7300"),
 	// for the URLs the API returns.
 	BaseURL string
@@ -147,6 +151,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	switch cfg.E2BNetwork {
+	case "":
+		cfg.E2BNetwork = e2b.NetworkInternet
+	case e2b.NetworkInternet, e2b.NetworkNone:
+	default:
+		return nil, fmt.Errorf("server: E2B network %q: want internet or none: %w", cfg.E2BNetwork, sandbox.ErrInvalid)
+	}
 	out, err := egress.New(cfg.OutboundAllow, cfg.LookupHost)
 	if err != nil {
 		return nil, err
@@ -162,7 +173,7 @@ func New(cfg Config) (*Server, error) {
 		metrics: metrics.New(), keys: map[string]cachedKey{},
 		egress: out}
 	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
-	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain,
+	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain, Network: cfg.E2BNetwork,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.Created,
 		Authenticate: func(r *http.Request) (string, string, error) {
 			c, msg, err := s.authenticate(r)
@@ -245,8 +256,19 @@ func (s *Server) Handler() http.Handler {
 		if s.servePortByHost(rec, r) {
 			return
 		}
+		// What no route serves, E2B's clients get in E2B's error body.
+		if s.e2b.ServeUnrouted(rec, r, E2BKeyPrefix, s.routed) {
+			return
+		}
 		s.mux.ServeHTTP(rec, r)
 	})
+}
+
+// routed reports whether a route of the mux serves r (a 405 for a known
+// path is not one).
+func (s *Server) routed(r *http.Request) bool {
+	_, pattern := s.mux.Handler(r)
+	return pattern != ""
 }
 
 // statusWriter records the status for logs and metrics, and passes

@@ -33,7 +33,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := fs.String("addr", "127.0.0.1:7300", "address to listen on")
 	data := fs.String("data", "", "directory for the database, snapshots and sandboxes (default: Cove's state directory/server)")
 	stateDir := fs.String("state-dir", "", "Cove's state directory (templates are shared with cove template)")
-	domain := fs.String("domain", "", "domain for port URLs {port}-{id}.DOMAIN (needs wildcard DNS to this server)")
+	domain := fs.String("domain", "", "domain for port URLs {port}-{id}.DOMAIN (needs wildcard DNS to this server; default: localhost and the port a request came to, which reaches this server from its own machine)")
+	e2bNetwork := fs.String("e2b-network", "internet", `network of sandboxes made through the E2B API whose create does not set allowInternetAccess: "internet" (E2B's default) or "none" (Cove's API keeps none)`)
 	baseURL := fs.String("url", "", "how clients reach this server, for the URLs it returns (default http(s)://ADDR)")
 	certFile := fs.String("tls-cert", "", "TLS certificate file (PEM)")
 	keyFile := fs.String("tls-key", "", "TLS key file (PEM)")
@@ -66,6 +67,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "cove serve: unexpected argument %q\n", fs.Arg(0))
 		return ErrUsage
 	}
+	if *e2bNetwork != "internet" && *e2bNetwork != "none" {
+		fmt.Fprintf(stderr, "cove serve: --e2b-network %q: use internet or none\n", *e2bNetwork)
+		return ErrUsage
+	}
 	if (*certFile == "") != (*keyFile == "") {
 		fmt.Fprintln(stderr, "cove serve: give both --tls-cert and --tls-key, or neither")
 		return ErrUsage
@@ -93,7 +98,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Addr: *addr, StateDir: *stateDir, Pool: *pool, AllowPrivate: *allowPrivate,
 		CertFile: *certFile, KeyFile: *keyFile, Limits: limits,
 		Server: server.Config{
-			DataDir: *data, Domain: *domain, BaseURL: *baseURL, Logger: log,
+			DataDir: *data, Domain: *domain, E2BNetwork: *e2bNetwork, BaseURL: *baseURL, Logger: log,
 			DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
 			Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
 			OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,

@@ -9,8 +9,9 @@
 // E2B_SANDBOX_URL, at one URL that names the sandbox and port in the
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers. This server is both: the
 // control plane's routes (sandboxes.go) sit beside /v1 over the same
-// records, runtime and quotas, and envd traffic (envd.go) is routed
-// to the sandbox's own daemon, which speaks envd's protocol.
+// records, runtime and quotas, with snapshots and forks (snapshots.go),
+// and envd traffic (envd.go) is routed to the sandbox's own daemon,
+// which speaks envd's protocol.
 //
 // Paths, JSON field names, status codes and error bodies ({"code": 404,
 // "message": "..."}) are E2B's, so the unmodified SDK raises the same
@@ -77,8 +78,14 @@ type Config struct {
 	Proxy *proxy.Proxy
 	Errs  *web.Errors
 	Log   *slog.Logger
-	// Domain, when set, is the domain sandboxes' host names are under.
+	// Domain, when set, is the domain sandboxes' host names are under;
+	// without it, localhost and the port a request came to
+	// (routes_misc.go).
 	Domain string
+	// Network is the network of a sandbox whose create does not say
+	// (allow_internet_access absent): "internet", E2B's default, or
+	// "none"; "" is "internet".
+	Network string
 	// MaxBodyBytes caps JSON bodies; MaxUploadBytes envd's uploads.
 	MaxBodyBytes, MaxUploadBytes int64
 	// Authenticate finds the team of a request by its API key: "" and
@@ -126,6 +133,7 @@ func (s *API) Routes(mux *http.ServeMux) {
 	h("POST /sandboxes/{sandboxID}/connect", s.connect)
 	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
 	h("GET /sandboxes/{sandboxID}/metrics", s.sandboxMetrics)
+	s.snapshotRoutes(h)
 }
 
 // errorBody is E2B's error body.
@@ -280,29 +288,21 @@ type lifecycle struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-// templateOf is the templateID of a record: Cove's default template is
-// E2B's base.
+// templateOf is the templateID of a record: the snapshot it was made
+// from, if any; Cove's default template is E2B's base.
 func templateOf(rec store.Sandbox) string {
+	if sid := rec.Spec.Labels[snapshotLabel]; sid != "" {
+		return sid
+	}
 	if rec.Spec.Template == "" {
 		return "base"
 	}
 	return rec.Spec.Template
 }
 
-// domain is the domain sandboxes' host names are under, for the SDK to
-// build envd's and ports' URLs with; nil (the SDK's E2B_DOMAIN then)
-// when the server has none.
-func (s *API) domain() *string {
-	if s.cfg.Domain == "" {
-		return nil
-	}
-	d := s.cfg.Domain
-	return &d
-}
-
-func (s *API) sandboxView(rec store.Sandbox, envd, traffic string) Sandbox {
+func (s *API) sandboxView(r *http.Request, rec store.Sandbox, envd, traffic string) Sandbox {
 	v := Sandbox{TemplateID: templateOf(rec), SandboxID: rec.ID, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: envd, Domain: s.domain()}
+		EnvdAccessToken: envd, Domain: s.domain(r)}
 	if traffic != "" {
 		v.TrafficAccessToken = &traffic
 	}

@@ -60,10 +60,11 @@ func (b *newSandbox) unsupported() string {
 	return ""
 }
 
-// network is the Cove network policy a create asks for: none (loopback
-// only, Cove's default when allow_internet_access is not given),
-// internet, or only network.allowOut's addresses and host names.
-func (b *newSandbox) network() (*api.Network, string) {
+// network is the Cove network policy a create asks for: only
+// network.allowOut's addresses and host names, internet, or none
+// (loopback only); def ("internet" or "none", the server's setting) when
+// allow_internet_access is not given.
+func (b *newSandbox) network(def string) (*api.Network, string) {
 	var allow []string
 	if raw, ok := b.Network["allowOut"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &allow); err != nil {
@@ -73,10 +74,10 @@ func (b *newSandbox) network() (*api.Network, string) {
 	switch {
 	case len(allow) > 0:
 		return &api.Network{Mode: "allow", Allow: allow}, ""
-	case b.AllowInternet != nil && *b.AllowInternet:
-		return &api.Network{Mode: "internet"}, ""
+	case b.AllowInternet != nil && *b.AllowInternet, b.AllowInternet == nil && def != NetworkNone:
+		return &api.Network{Mode: NetworkInternet}, ""
 	}
-	return nil, ""
+	return &api.Network{Mode: NetworkNone}, ""
 }
 
 func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -93,7 +94,7 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	network, msg := body.network()
+	network, msg := body.network(s.cfg.Network)
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
@@ -141,7 +142,7 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 	if resume {
 		own[autoResumeLabel] = "1"
 	}
-	rec, _, err := s.fleet.CreateLabeled(ctx, c.team, api.CreateSandbox{
+	rec, err := s.createFrom(ctx, c.team, api.CreateSandbox{
 		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata, Network: network,
 	}, own)
 	if err != nil {
@@ -149,7 +150,7 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	s.cfg.Created(time.Since(start))
-	web.WriteJSON(w, http.StatusCreated, s.sandboxView(rec, rec.Spec.Labels[envdTokenLabel], rec.Spec.Labels[trafficTokenLabel]))
+	web.WriteJSON(w, http.StatusCreated, s.sandboxView(r, rec, rec.Spec.Labels[envdTokenLabel], rec.Spec.Labels[trafficTokenLabel]))
 }
 
 func (s *API) get(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -166,7 +167,7 @@ func (s *API) get(w http.ResponseWriter, r *http.Request, c *caller) {
 	if rec.OnExpire == store.ExpireStop {
 		onTimeout = "pause"
 	}
-	web.WriteJSON(w, http.StatusOK, Detail{Listed: s.listedView(rec), EnvdAccessToken: envd, Domain: s.domain(),
+	web.WriteJSON(w, http.StatusOK, Detail{Listed: s.listedView(rec), EnvdAccessToken: envd, Domain: s.domain(r),
 		AllowInternetAccess: rec.Spec.Network.Mode == "internet", Lifecycle: lifecycle{OnTimeout: onTimeout, AutoResume: autoResumes(rec)}})
 }
 
@@ -301,7 +302,7 @@ func (s *API) connect(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, err)
 		return
 	}
-	web.WriteJSON(w, status, s.sandboxView(rec, envd, traffic))
+	web.WriteJSON(w, status, s.sandboxView(r, rec, envd, traffic))
 }
 
 // sandboxMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a

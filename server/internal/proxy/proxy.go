@@ -146,12 +146,14 @@ func guardUIOrigin(resp *http.Response, prefix string) {
 	}
 }
 
-// PortHost parses "{port}-{id}.{domain}[:port]".
+// PortHost parses "{port}-{id}.{domain}[:port]"; with no Domain,
+// "{port}-{id}.localhost[:port]" (names under localhost are loopback's,
+// so they reach only a server on the client's own machine).
 func (p *Proxy) PortHost(host string) (id string, port int, ok bool) {
-	if p.Domain == "" {
-		return "", 0, false
-	}
 	domain := strings.ToLower(p.Domain)
+	if domain == "" {
+		domain = "localhost"
+	}
 	if h, _, err := net.SplitHostPort(domain); err == nil {
 		domain = h
 	}
