@@ -1,0 +1,545 @@
+// A live Cove sandbox as the Agents SDK's SandboxSession: exec, files,
+// the apply_patch editor, terminals, ports and workspace persistence, each
+// a call to the Cove server's /v1 API.
+
+import { applyDiff, UserError } from '@openai/agents-core';
+import type { Editor, ToolOutputImage } from '@openai/agents-core';
+import {
+  Manifest,
+  SandboxPathResolutionError,
+  SandboxProviderError,
+  SandboxSnapshotError,
+  SandboxUnsupportedFeatureError,
+  validateSandboxArchiveLimits,
+} from '@openai/agents-core/sandbox';
+import type {
+  Entry,
+  ExecCommandArgs,
+  ExposedPortEndpoint,
+  ListDirectoryArgs,
+  MaterializeEntryArgs,
+  ReadFileArgs,
+  SandboxArchiveLimits,
+  SandboxDirectoryEntry,
+  SandboxExecResult,
+  SandboxSession,
+  SandboxSessionLifecycleOptions,
+  SandboxSessionState,
+  ViewImageArgs,
+  WorkspaceArchiveData,
+  WorkspaceArchiveOptions,
+  WriteStdinArgs,
+} from '@openai/agents-core/sandbox';
+import {
+  elapsedSeconds,
+  formatExecResponse,
+  imageOutputFromBytes,
+  materializeEnvironment,
+  mergeManifestDelta,
+  mergeManifestEntryDelta,
+  shellQuote,
+  truncateOutput,
+} from '@openai/agents-core/sandbox/internal';
+import { lstat, readdir, readFile } from 'node:fs/promises';
+import { join as hostJoin, resolve as hostResolve } from 'node:path';
+import { posix } from 'node:path';
+import { CoveAPI, CoveAPIError } from './api.js';
+import type { CoveCreateRequest, CoveExecResult, CoveFileInfo, CovePort, CoveSandbox, CoveSnapshot } from './api.js';
+import { clampYield, PtyProcess, PtyRegistry } from './pty.js';
+
+/** How a session saves its workspace for persistWorkspace. */
+export type CoveWorkspacePersistence = 'tar' | 'snapshot';
+
+/** What a Cove session keeps, and what resumes it in another process. */
+export interface CoveSandboxSessionState extends SandboxSessionState {
+  /** The sandbox's id on the server (sb-...). */
+  sandboxId: string;
+  /** The Cove server's URL; the API key is never stored here. */
+  server: string;
+  /** The create request that made the sandbox, reused to restore it. */
+  createRequest: CoveCreateRequest;
+  /** Stop the sandbox, keeping its disk, when the session ends (instead of deleting it). */
+  stopOnExit: boolean;
+  workspacePersistence: CoveWorkspacePersistence;
+  /** Ports resolveExposedPort may expose; none means any. */
+  configuredExposedPorts?: number[];
+  /** Expose ports without a token. */
+  publicPorts?: boolean;
+  environment: Record<string, string>;
+}
+
+/** The marker of a native snapshot reference, as persistWorkspace returns it. */
+const SNAPSHOT_REF_PREFIX = 'COVE_SANDBOX_SNAPSHOT_V1\n';
+
+/** encodeSnapshotRef is what persistWorkspace returns for a native snapshot. */
+export function encodeSnapshotRef(snapshotId: string): Uint8Array {
+  return new TextEncoder().encode(SNAPSHOT_REF_PREFIX + JSON.stringify({ snapshot_id: snapshotId }));
+}
+
+/** decodeSnapshotRef reads a native snapshot reference; undefined for a tar. */
+export function decodeSnapshotRef(data: WorkspaceArchiveData): string | undefined {
+  const bytes = toBytes(data);
+  const head = new TextDecoder().decode(bytes.subarray(0, SNAPSHOT_REF_PREFIX.length));
+  if (head !== SNAPSHOT_REF_PREFIX) return undefined;
+  try {
+    const v = JSON.parse(new TextDecoder().decode(bytes.subarray(SNAPSHOT_REF_PREFIX.length))) as { snapshot_id?: unknown };
+    return typeof v.snapshot_id === 'string' && v.snapshot_id ? v.snapshot_id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function toBytes(data: WorkspaceArchiveData): Uint8Array {
+  if (typeof data === 'string') return Buffer.from(data, 'binary');
+  if (data instanceof Uint8Array) return data;
+  return new Uint8Array(data);
+}
+
+/** Options for CoveSandboxSession.execStream. */
+export type CoveExecOptions = {
+  /** Working directory: absolute, or relative to the workspace root. */
+  workdir?: string;
+  env?: Record<string, string>;
+  runAs?: string;
+  timeoutSeconds?: number;
+  /** Bytes for the command's stdin, then EOF. */
+  stdin?: string | Uint8Array;
+  onStdout?: (data: Uint8Array) => void;
+  onStderr?: (data: Uint8Array) => void;
+};
+
+/** A Cove sandbox bound to the Agents SDK's session interface. */
+export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionState> {
+  state: CoveSandboxSessionState;
+  private readonly api: CoveAPI;
+  private readonly ptys = new PtyRegistry();
+  private archiveLimits?: SandboxArchiveLimits | null;
+
+  constructor(args: { api: CoveAPI; state: CoveSandboxSessionState; archiveLimits?: SandboxArchiveLimits | null }) {
+    this.api = args.api;
+    this.state = args.state;
+    this.setArchiveLimits(args.archiveLimits);
+  }
+
+  /** The sandbox's id on the Cove server. */
+  get sandboxId(): string {
+    return this.state.sandboxId;
+  }
+
+  private path(suffix = ''): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.state.sandboxId)}${suffix}`;
+  }
+
+  setArchiveLimits(limits?: SandboxArchiveLimits | null): void {
+    validateSandboxArchiveLimits(limits);
+    this.archiveLimits = limits;
+  }
+
+  supportsPty(): boolean {
+    return true;
+  }
+
+  // ---- commands ----
+
+  /**
+   * execStream runs a shell command line, streaming its output to the
+   * callbacks as it arrives, and returns how it ended.
+   */
+  async execStream(cmd: string, opts: CoveExecOptions = {}): Promise<CoveExecResult> {
+    const stdin = opts.stdin === undefined ? undefined
+      : Buffer.from(typeof opts.stdin === 'string' ? Buffer.from(opts.stdin, 'utf8') : opts.stdin).toString('base64');
+    return await this.api.exec(this.state.sandboxId, {
+      cmd, shell: true,
+      dir: this.resolveWorkdir(opts.workdir),
+      env: { ...this.state.environment, ...opts.env },
+      user: opts.runAs,
+      stdin,
+      timeout_seconds: opts.timeoutSeconds,
+    }, (stream, data) => (stream === 'stdout' ? opts.onStdout : opts.onStderr)?.(data));
+  }
+
+  async exec(args: ExecCommandArgs): Promise<SandboxExecResult> {
+    const start = Date.now();
+    const r = await this.execStream(shellLine(args), { workdir: args.workdir, runAs: args.runAs });
+    const stdout = new TextDecoder().decode(r.stdout);
+    const stderr = new TextDecoder().decode(r.stderr);
+    const out = truncateOutput(joinOutput(stdout, stderr), args.maxOutputTokens);
+    return {
+      output: out.text, stdout, stderr, wallTimeSeconds: elapsedSeconds(start),
+      exitCode: r.exitCode, originalTokenCount: out.originalTokenCount,
+    };
+  }
+
+  async execCommand(args: ExecCommandArgs): Promise<string> {
+    if (args.tty) {
+      return await this.execPty(args);
+    }
+    const r = await this.exec(args);
+    return formatExecResponse({
+      output: r.output, wallTimeSeconds: r.wallTimeSeconds, exitCode: r.exitCode,
+      originalTokenCount: r.originalTokenCount,
+    });
+  }
+
+  /**
+   * openPty starts a command (default: the sandbox's shell) on a new
+   * terminal; write keystrokes to it and read its output.
+   */
+  async openPty(cmd?: string, size?: { cols: number; rows: number }): Promise<PtyProcess> {
+    return await PtyProcess.open(this.api, this.state.sandboxId, cmd ?? '', size);
+  }
+
+  private async execPty(args: ExecCommandArgs): Promise<string> {
+    if (args.runAs) {
+      throw new SandboxUnsupportedFeatureError('CoveSandboxClient tty=true does not run as another user yet; run without tty or without runAs.', {
+        provider: 'cove', feature: 'tty.runAs',
+      });
+    }
+    const start = Date.now();
+    const env = Object.entries(this.state.environment).map(([k, v]) => `${k}=${shellQuote(v)}`).join(' ');
+    const line = `cd ${shellQuote(this.resolveWorkdir(args.workdir))} && exec env ${env} ${args.shell ? shellLine(args) : `/bin/sh -c ${shellQuote(args.cmd)}`}`;
+    const proc = await PtyProcess.open(this.api, this.state.sandboxId, line);
+    const id = this.ptys.add(proc);
+    return await this.ptys.report(id, start, clampYield(args.yieldTimeMs, 10_000), args.maxOutputTokens);
+  }
+
+  async writeStdin(args: WriteStdinArgs): Promise<string> {
+    const start = Date.now();
+    const proc = this.ptys.get(args.sessionId);
+    const chars = args.chars ?? '';
+    if (proc && chars) {
+      await proc.write(chars);
+    }
+    return await this.ptys.report(args.sessionId, start, clampYield(args.yieldTimeMs, 250, chars === ''), args.maxOutputTokens);
+  }
+
+  // ---- files ----
+
+  /** resolvePath makes a tool's path absolute, inside the workspace or a granted path. */
+  resolvePath(path: string, forWrite = false): string {
+    const root = this.state.manifest.root;
+    if (path.includes('\0')) {
+      throw new SandboxPathResolutionError(`Sandbox path ${JSON.stringify(path)} has a NUL byte.`, { path });
+    }
+    const abs = posix.normalize(path.startsWith('/') ? path : posix.join(root, path));
+    if (isUnder(abs, root)) return abs;
+    for (const grant of this.state.manifest.extraPathGrants) {
+      if (isUnder(abs, grant.path)) {
+        if (forWrite && grant.readOnly) {
+          throw new SandboxPathResolutionError(`Sandbox path ${abs} is granted read-only.`, { path: abs });
+        }
+        return abs;
+      }
+    }
+    throw new SandboxPathResolutionError(`Sandbox path ${path} is outside the workspace ${root}.`, { path, root });
+  }
+
+  resolveWorkdir(workdir?: string): string {
+    return workdir ? this.resolvePath(workdir) : this.state.manifest.root;
+  }
+
+  async readFile(args: ReadFileArgs): Promise<Uint8Array> {
+    this.assertNoFileRunAs(args.runAs);
+    const bytes = await this.readBytes(this.resolvePath(args.path));
+    return typeof args.maxBytes === 'number' && bytes.byteLength > args.maxBytes ? bytes.subarray(0, args.maxBytes) : bytes;
+  }
+
+  /** readBytes reads a file by its absolute path. */
+  async readBytes(abs: string): Promise<Uint8Array> {
+    return await this.api.bytes('GET', this.path('/files'), { query: { path: abs } });
+  }
+
+  /** writeBytes writes a file by its absolute path, making its parents. */
+  async writeBytes(abs: string, content: string | Uint8Array): Promise<void> {
+    const parent = posix.dirname(abs);
+    if (parent !== '/') await this.mkdir(parent);
+    const body = typeof content === 'string' ? new TextEncoder().encode(content) : content;
+    await this.api.drop('PUT', this.path('/files'), { query: { path: abs }, body });
+  }
+
+  async mkdir(abs: string): Promise<void> {
+    await this.api.drop('POST', this.path('/files/mkdir'), { query: { path: abs } });
+  }
+
+  async remove(abs: string): Promise<void> {
+    await this.api.drop('DELETE', this.path('/files'), { query: { path: abs } });
+  }
+
+  private async stat(abs: string): Promise<CoveFileInfo | undefined> {
+    try {
+      return await this.api.json<CoveFileInfo>('GET', this.path('/files/stat'), { query: { path: abs } });
+    } catch (error) {
+      if (error instanceof CoveAPIError && error.status === 404) return undefined;
+      throw error;
+    }
+  }
+
+  async pathExists(path: string, runAs?: string): Promise<boolean> {
+    this.assertNoFileRunAs(runAs);
+    return (await this.stat(this.resolvePath(path))) !== undefined;
+  }
+
+  async directoryExists(path: string, runAs?: string): Promise<boolean> {
+    this.assertNoFileRunAs(runAs);
+    return (await this.stat(this.resolvePath(path)))?.type === 'dir';
+  }
+
+  async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
+    this.assertNoFileRunAs(args.runAs);
+    const list = await this.api.json<{ files: CoveFileInfo[] }>('GET', this.path('/files/list'), { query: { path: this.resolvePath(args.path) } });
+    return list.files.map((f) => ({ name: f.name, path: f.path, type: f.type === 'file' ? 'file' : f.type === 'dir' ? 'dir' : 'other' }));
+  }
+
+  async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
+    return imageOutputFromBytes(args.path, await this.readFile({ path: args.path, runAs: args.runAs }));
+  }
+
+  createEditor(runAs?: string): Editor {
+    this.assertNoFileRunAs(runAs);
+    const readText = async (abs: string) => new TextDecoder().decode(await this.readBytes(abs));
+    return {
+      createFile: async (op) => {
+        const abs = this.resolvePath(op.path, true);
+        if (await this.stat(abs)) {
+          throw new UserError(`Cannot create file because it already exists: ${op.path}`);
+        }
+        await this.writeBytes(abs, applyDiff('', op.diff, 'create'));
+        return {};
+      },
+      updateFile: async (op) => {
+        const abs = this.resolvePath(op.path, true);
+        const dest = op.moveTo ? this.resolvePath(op.moveTo, true) : abs;
+        await this.writeBytes(dest, applyDiff(await readText(abs), op.diff));
+        if (dest !== abs) await this.remove(abs);
+        return {};
+      },
+      deleteFile: async (op) => {
+        await this.remove(this.resolvePath(op.path, true));
+        return {};
+      },
+    };
+  }
+
+  private assertNoFileRunAs(runAs?: string): void {
+    if (runAs) {
+      throw new SandboxUnsupportedFeatureError('CoveSandboxClient file operations run as the sandbox\'s user; runAs is not supported for them yet.', {
+        provider: 'cove', feature: 'runAs',
+      });
+    }
+  }
+
+  // ---- manifest ----
+
+  async applyManifest(manifest: Manifest, runAs?: string): Promise<void> {
+    this.assertNoFileRunAs(runAs);
+    const environment = await materializeEnvironment(manifest, this.state.environment);
+    for (const { absolutePath, entry } of manifest.iterEntries()) {
+      await this.materialize(absolutePath, entry);
+    }
+    this.state.manifest = mergeManifestDelta(this.state.manifest, manifest);
+    this.state.environment = { ...this.state.environment, ...environment };
+  }
+
+  async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
+    this.assertNoFileRunAs(args.runAs);
+    const root = this.state.manifest.root;
+    const logical = args.path.startsWith('/') ? posix.relative(root, args.path) : args.path;
+    const single = new Manifest({ root, entries: { [logical]: args.entry } });
+    for (const { absolutePath, entry } of single.iterEntries()) {
+      await this.materialize(absolutePath, entry);
+    }
+    this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
+  }
+
+  /** materialize makes one entry (not its children: iterEntries yields those). */
+  private async materialize(abs: string, entry: Entry): Promise<void> {
+    this.resolvePath(abs, true);
+    switch (entry.type) {
+      case 'dir':
+        await this.mkdir(abs);
+        return;
+      case 'file':
+        await this.writeBytes(abs, entry.content);
+        return;
+      case 'local_file':
+        await this.writeBytes(abs, await readFile(hostResolve(entry.src)));
+        return;
+      case 'local_dir':
+        await this.uploadDir(hostResolve(entry.src), abs);
+        return;
+      case 'git_repo': {
+        const url = `https://${entry.host ?? 'github.com'}/${entry.repo}.git`;
+        const branch = entry.ref ? `--branch ${shellQuote(entry.ref)} ` : '';
+        const r = await this.execStream(`git clone --depth 1 ${branch}${shellQuote(url)} ${shellQuote(abs)}`, { workdir: '/' });
+        if (r.exitCode !== 0) {
+          throw new SandboxProviderError(`CoveSandboxClient could not clone ${entry.repo} (does the sandbox's network allow it?): ${new TextDecoder().decode(r.stderr)}`, {
+            provider: 'cove', path: abs,
+          });
+        }
+        return;
+      }
+      default:
+        throw new SandboxUnsupportedFeatureError(`CoveSandboxClient does not support ${entry.type} manifest entries yet.`, {
+          provider: 'cove', feature: `entry.${entry.type}`, path: abs,
+        });
+    }
+  }
+
+  /** uploadDir copies a host directory's files (not its symlinks) into the sandbox. */
+  private async uploadDir(src: string, dest: string): Promise<void> {
+    await this.mkdir(dest);
+    for (const name of await readdir(src)) {
+      const from = hostJoin(src, name);
+      const to = posix.join(dest, name);
+      const st = await lstat(from);
+      if (st.isDirectory()) {
+        await this.uploadDir(from, to);
+      } else if (st.isFile()) {
+        await this.writeBytes(to, await readFile(from));
+      }
+    }
+  }
+
+  // ---- persistence ----
+
+  /**
+   * persistWorkspace saves the workspace: as a tar of the workspace root,
+   * or, with workspacePersistence "snapshot", as a Cove snapshot on the
+   * server, returned as a small reference that hydrateWorkspace restores.
+   */
+  async persistWorkspace(): Promise<Uint8Array> {
+    if (this.state.workspacePersistence === 'snapshot') {
+      const sn = await this.api.json<CoveSnapshot>('POST', this.path('/snapshots'));
+      return encodeSnapshotRef(sn.id);
+    }
+    return await this.api.bytes('GET', this.path('/tar'), { query: { path: this.state.manifest.root } });
+  }
+
+  /**
+   * hydrateWorkspace restores what persistWorkspace saved: a tar replaces
+   * the workspace of this sandbox; a snapshot reference makes a new
+   * sandbox from the snapshot (same options) and this session moves to it,
+   * ending the old one.
+   */
+  async hydrateWorkspace(data: WorkspaceArchiveData, options: WorkspaceArchiveOptions = {}): Promise<void> {
+    const snapshotId = decodeSnapshotRef(data);
+    if (snapshotId) {
+      await this.replaceFromSnapshot(snapshotId);
+      return;
+    }
+    const bytes = toBytes(data);
+    const limits = options.archiveLimits === undefined ? this.archiveLimits : options.archiveLimits;
+    if (limits?.maxInputBytes != null && bytes.byteLength > limits.maxInputBytes) {
+      throw new SandboxSnapshotError(`The workspace archive is ${bytes.byteLength} bytes, over the limit of ${limits.maxInputBytes}.`, {
+        provider: 'cove',
+      });
+    }
+    await this.api.drop('PUT', this.path('/tar'), { query: { path: this.state.manifest.root }, body: bytes, contentType: 'application/x-tar' });
+  }
+
+  private async replaceFromSnapshot(snapshotId: string): Promise<void> {
+    const sb = await this.api.json<CoveSandbox>('POST', `/v1/snapshots/${encodeURIComponent(snapshotId)}/restore`, {
+      json: this.state.createRequest,
+    });
+    const old = this.state.sandboxId;
+    this.ptys.closeAll();
+    this.state.sandboxId = sb.id;
+    delete this.state.exposedPorts;
+    await this.api.drop('DELETE', `/v1/sandboxes/${encodeURIComponent(old)}`).catch(() => {});
+  }
+
+  // ---- ports ----
+
+  async resolveExposedPort(port: number): Promise<ExposedPortEndpoint> {
+    const configured = this.state.configuredExposedPorts;
+    if (configured && configured.length > 0 && !configured.includes(port)) {
+      throw new SandboxProviderError(`Port ${port} is not among the exposed ports this session was created with (${configured.join(', ')}).`, {
+        provider: 'cove', port,
+      });
+    }
+    const p = await this.api.json<CovePort>('POST', this.path(`/ports/${port}`), { json: { public: this.state.publicPorts === true } });
+    const url = new URL(p.url || p.path_url, this.api.baseURL);
+    if (p.token) url.searchParams.set('cove_token', p.token);
+    const tls = url.protocol === 'https:';
+    const endpoint: ExposedPortEndpoint = {
+      host: url.hostname,
+      port: url.port ? Number(url.port) : tls ? 443 : 80,
+      tls,
+      url: url.toString(),
+      ...(url.search ? { query: url.search.slice(1) } : {}),
+    };
+    this.state.exposedPorts = { ...this.state.exposedPorts, [String(port)]: endpoint };
+    return endpoint;
+  }
+
+  // ---- lifecycle ----
+
+  /** info is the sandbox as the server describes it now. */
+  async info(): Promise<CoveSandbox> {
+    return await this.api.json<CoveSandbox>('GET', this.path());
+  }
+
+  async running(): Promise<boolean> {
+    try {
+      return (await this.info()).state === 'running';
+    } catch {
+      return false;
+    }
+  }
+
+  /** start resumes the sandbox when it is stopped. */
+  async start(): Promise<void> {
+    if ((await this.info()).state !== 'running') {
+      await this.api.drop('POST', this.path('/resume'));
+    }
+  }
+
+  async shutdown(): Promise<void> {
+    this.ptys.closeAll();
+  }
+
+  /**
+   * delete ends the sandbox when the SDK cleans up: it stops it, keeping
+   * its disk, when the session was made with stopOnExit, and deletes it
+   * otherwise.
+   */
+  async delete(_options?: SandboxSessionLifecycleOptions): Promise<void> {
+    this.ptys.closeAll();
+    if (this.state.stopOnExit) {
+      await this.stopKeepingDisk();
+      return;
+    }
+    await this.api.drop('DELETE', this.path()).catch((error: unknown) => {
+      if (!(error instanceof CoveAPIError && error.status === 404)) throw error;
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.delete({ reason: 'close' });
+  }
+
+  /** stopKeepingDisk stops the sandbox; resume() or start() brings it back with its files. */
+  async stopKeepingDisk(): Promise<void> {
+    try {
+      await this.api.drop('POST', this.path('/stop'));
+    } catch (error) {
+      // Already stopped is fine.
+      if (!(error instanceof CoveAPIError && error.coveCode === 'state')) throw error;
+    }
+  }
+}
+
+function isUnder(path: string, root: string): boolean {
+  const r = posix.normalize(root);
+  return path === r || path.startsWith(r.endsWith('/') ? r : `${r}/`);
+}
+
+function joinOutput(stdout: string, stderr: string): string {
+  return [stdout, stderr].filter((s) => s.trim().length > 0).join('\n');
+}
+
+/** shellLine is the command line exec_command asked for, under its shell. */
+function shellLine(args: ExecCommandArgs): string {
+  if (!args.shell) return args.cmd;
+  return `${shellQuote(args.shell)} ${args.login === false ? '-c' : '-lc'} ${shellQuote(args.cmd)}`;
+}

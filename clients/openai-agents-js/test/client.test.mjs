@@ -1,0 +1,178 @@
+// CoveSandboxClient with the real @openai/agents against a real Cove
+// server. server/agentsjs_client_test.go starts the server and a scripted
+// model (agent/model/fake) and runs this file with:
+//   COVE_SERVER, COVE_API_KEY  the server and a team's key
+//   OPENAI_BASE_URL            the scripted model (Chat Completions)
+// The model's script: exec_command, then apply_patch, then "done".
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { OpenAIChatCompletionsModel, run, setTracingDisabled } from '@openai/agents';
+import { Manifest, SandboxAgent, file, filesystem, shell } from '@openai/agents/sandbox';
+import { CoveAPI, CoveSandboxClient, decodeSnapshotRef } from '../dist/index.js';
+
+setTracingDisabled(true);
+
+const api = new CoveAPI(process.env.COVE_SERVER, process.env.COVE_API_KEY);
+const made = new Set();
+
+// Every sandbox a test makes is deleted at the end, whatever happened.
+after(async () => {
+  for (const id of made) {
+    await api.drop('DELETE', `/v1/sandboxes/${id}`).catch(() => {});
+  }
+});
+
+function track(session) {
+  made.add(session.sandboxId);
+  return session;
+}
+
+const text = (bytes) => new TextDecoder().decode(bytes);
+
+function agent() {
+  const client = new OpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: 'sk-test' });
+  return new SandboxAgent({
+    name: 'coder',
+    instructions: 'Work in the sandbox.',
+    model: new OpenAIChatCompletionsModel(client, 'gpt-test'),
+    capabilities: [shell(), filesystem()],
+  });
+}
+
+function manifest() {
+  return new Manifest({ entries: { 'README.md': file({ content: 'read me\n' }) } });
+}
+
+async function state(id) {
+  return (await api.json('GET', `/v1/sandboxes/${id}`)).state;
+}
+
+test('a SandboxAgent run execs and patches in a Cove sandbox', async () => {
+  const client = new CoveSandboxClient({ labels: { test: 'agents-js' } });
+  const session = track(await client.create({ manifest: manifest() }));
+  const result = await run(agent(), 'Make the files.', { sandbox: { session } });
+  assert.equal(result.finalOutput, 'done');
+  const outputs = result.newItems.filter((i) => i.type === 'tool_call_output_item').map((i) => JSON.stringify(i.output));
+  assert.match(outputs[0], /read me/, 'exec_command ran in the workspace, where the manifest put README.md');
+  assert.match(outputs[1], /Patch applied|Created|hello/i);
+  assert.equal(text(await session.readFile({ path: 'shell.txt' })), 'from-shell\n');
+  assert.equal(text(await session.readFile({ path: 'notes/hello.txt' })), 'hello from apply_patch');
+  const info = await session.info();
+  assert.equal(info.labels.test, 'agents-js');
+  await session.delete();
+  await assert.rejects(api.json('GET', `/v1/sandboxes/${session.sandboxId}`), /not found/);
+});
+
+test('the runner creates, and stopOnExit stops its sandbox keeping the disk; its state resumes it', async () => {
+  const client = new CoveSandboxClient({ stopOnExit: true });
+  const session = track(await client.create({ manifest: manifest() }));
+  await session.execStream('echo kept > kept.txt');
+  const saved = JSON.parse(JSON.stringify(await client.serializeSessionState(session.state)));
+  assert.equal(saved.sandboxId, session.sandboxId);
+  await session.delete({ reason: 'cleanup' });
+  assert.equal(await state(session.sandboxId), 'stopped');
+
+  const resumed = await client.resume(await client.deserializeSessionState(saved));
+  assert.equal(resumed.sandboxId, session.sandboxId, 'the same sandbox, not a new one');
+  assert.equal(await state(resumed.sandboxId), 'running');
+  assert.equal(text(await resumed.readFile({ path: 'kept.txt' })), 'kept\n');
+  assert.equal(text(await resumed.readFile({ path: 'README.md' })), 'read me\n');
+
+  // The SDK's own path: SandboxRunConfig.sessionState.
+  const result = await run(agent(), 'Make the files.', { sandbox: { client, sessionState: resumed.state } });
+  assert.equal(result.finalOutput, 'done');
+  await resumed.start(); // the runner's cleanup stopped it again (stopOnExit)
+  assert.equal(text(await resumed.readFile({ path: 'notes/hello.txt' })), 'hello from apply_patch');
+  assert.equal(text(await resumed.readFile({ path: 'kept.txt' })), 'kept\n');
+});
+
+test('exec streams output, reports exit codes, stdin and timeouts', async () => {
+  const client = new CoveSandboxClient({ env: { GREETING: 'hi' } });
+  const session = track(await client.create({ manifest: manifest() }));
+  const chunks = [];
+  const r = await session.execStream('echo $GREETING; echo oops >&2; exit 3', { onStdout: (d) => chunks.push(text(d)) });
+  assert.equal(r.exitCode, 3);
+  assert.equal(chunks.join(''), 'hi\n');
+  assert.equal(text(r.stderr), 'oops\n');
+  const cat = await session.execStream('cat', { stdin: 'piped' });
+  assert.equal(text(cat.stdout), 'piped');
+  const slow = await session.execStream('sleep 30', { timeoutSeconds: 1 });
+  assert.equal(slow.timedOut, true);
+  const out = await session.execCommand({ cmd: 'pwd' });
+  assert.match(out, /\/workspace/);
+  assert.match(out, /Process exited with code 0/);
+  await session.delete();
+});
+
+test('tar persistence restores the workspace into a new sandbox', async () => {
+  const client = new CoveSandboxClient();
+  const first = track(await client.create({ manifest: manifest() }));
+  await first.execStream('mkdir -p src && echo tarred > src/a.txt');
+  const tar = await first.persistWorkspace();
+  assert.equal(decodeSnapshotRef(tar), undefined);
+  assert.ok(tar.byteLength > 512);
+  await first.delete();
+
+  const second = track(await client.create({ manifest: new Manifest() }));
+  assert.notEqual(second.sandboxId, first.sandboxId);
+  await second.hydrateWorkspace(tar);
+  assert.equal(text(await second.readFile({ path: 'src/a.txt' })), 'tarred\n');
+  assert.equal(text(await second.readFile({ path: 'README.md' })), 'read me\n');
+  await second.delete();
+});
+
+test('snapshot persistence saves a Cove snapshot and restores it', async () => {
+  const client = new CoveSandboxClient({ workspacePersistence: 'snapshot' });
+  const first = track(await client.create({ manifest: manifest() }));
+  await first.execStream('echo snapped > s.txt');
+  const ref = await first.persistWorkspace();
+  const sid = decodeSnapshotRef(ref);
+  assert.match(sid, /.+/);
+  const snaps = await api.json('GET', '/v1/snapshots');
+  assert.ok(snaps.snapshots.some((s) => s.id === sid), 'the snapshot is on the server');
+  await first.execStream('rm s.txt');
+
+  const old = first.sandboxId;
+  await first.hydrateWorkspace(ref);
+  track(first);
+  assert.notEqual(first.sandboxId, old, 'restored into a new sandbox');
+  assert.equal(text(await first.readFile({ path: 's.txt' })), 'snapped\n');
+  await assert.rejects(api.json('GET', `/v1/sandboxes/${old}`), /not found/, 'the old sandbox is gone');
+  await first.delete();
+  await api.drop('DELETE', `/v1/snapshots/${sid}`);
+});
+
+test('exec_command with tty=true opens a terminal that write_stdin drives', async () => {
+  const client = new CoveSandboxClient();
+  const session = track(await client.create({ manifest: manifest() }));
+  const first = await session.execCommand({ cmd: 'read line; echo "got:$line"; tty', tty: true, yieldTimeMs: 500 });
+  const id = Number(/session ID (\d+)/i.exec(first)?.[1]);
+  assert.ok(id > 0, `a running session id in: ${first}`);
+  let out = await session.writeStdin({ sessionId: id, chars: 'typed\n', yieldTimeMs: 1000 });
+  for (let i = 0; i < 20 && !/Process exited with code/.test(out); i++) {
+    out += await session.writeStdin({ sessionId: id, chars: '', yieldTimeMs: 1000 });
+  }
+  assert.match(out, /got:typed/);
+  assert.match(out, /\/dev\/pts\//, 'the command ran on a terminal');
+  assert.match(out, /Process exited with code 0/);
+  const pty = await session.openPty('stty size');
+  const end = await pty.collect(30_000);
+  assert.equal(end.closed, true);
+  assert.match(end.text, /24 80/);
+  await session.delete();
+});
+
+test('ports, network and options reach the server', async () => {
+  const client = new CoveSandboxClient({ network: { mode: 'allow', allow: ['1.1.1.1:443'] }, ttlSeconds: 600, idleTimeoutSeconds: 300, size: 'small', exposedPorts: [8080] });
+  const session = track(await client.create({ manifest: manifest() }));
+  const info = await api.json('GET', `/v1/sandboxes/${session.sandboxId}`);
+  assert.deepEqual(info.network, { mode: 'allow', allow: ['1.1.1.1:443'] });
+  assert.equal(info.idle_timeout_seconds, 300);
+  const ep = await session.resolveExposedPort(8080);
+  assert.ok(ep.url.includes(session.sandboxId), ep.url);
+  await assert.rejects(session.resolveExposedPort(9090), /not among the exposed ports/);
+  await session.delete();
+  // A tier the server does not offer is refused with the server's message.
+  await assert.rejects(new CoveSandboxClient({ isolation: 'microvm' }).create({ manifest: manifest() }), /isolation/);
+});
