@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -41,17 +42,24 @@ var (
 )
 
 // buildAgentsJSClient installs the pinned dependencies when they are
-// missing or older than the lock file, then compiles the TypeScript.
+// missing or not those of the lock file (as scripts/deps.sh does, with
+// the same stamp), then compiles the TypeScript.
 func buildAgentsJSClient(dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	lock, _ := os.Stat(filepath.Join(dir, "package-lock.json"))
-	installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
-	if err != nil || lock == nil || installed.ModTime().Before(lock.ModTime()) {
+	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		return err
+	}
+	stamp := filepath.Join(dir, "node_modules", ".cove-lock.json")
+	if got, err := os.ReadFile(stamp); err != nil || !bytes.Equal(got, lock) {
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return &buildError{"npm ci in " + dir, err, out}
+		}
+		if err := os.WriteFile(stamp, lock, 0o644); err != nil {
+			return err
 		}
 	}
 	cmd := exec.CommandContext(ctx, "npm", "run", "--silent", "build")

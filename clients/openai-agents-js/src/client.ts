@@ -86,15 +86,19 @@ export interface CoveSandboxClientOptions extends SandboxClientOptions {
  */
 export class CoveSandboxClient implements SandboxClient<CoveSandboxClientOptions, CoveSandboxSessionState> {
   readonly backendId = 'cove';
-  readonly supportsDefaultOptions = true;
   private readonly options: CoveSandboxClientOptions;
 
   constructor(options: CoveSandboxClientOptions = {}) {
     this.options = options;
   }
 
-  private api(options: CoveSandboxClientOptions = {}, server?: string): CoveAPI {
-    const url = server ?? options.server ?? this.options.server ?? process.env.COVE_SERVER;
+  /**
+   * api is the server this client talks to. A session state names its
+   * server too, but only to be checked against this one: state can come
+   * from anywhere, and the API key must never follow it to another host.
+   */
+  private api(options: CoveSandboxClientOptions = {}, stateServer?: string): CoveAPI {
+    const url = options.server ?? this.options.server ?? process.env.COVE_SERVER;
     const key = options.apiKey ?? this.options.apiKey ?? process.env.COVE_API_KEY;
     if (!url) {
       throw new SandboxConfigurationError('CoveSandboxClient needs the Cove server\'s URL: pass { server } or set COVE_SERVER.');
@@ -102,7 +106,11 @@ export class CoveSandboxClient implements SandboxClient<CoveSandboxClientOptions
     if (!key) {
       throw new SandboxConfigurationError('CoveSandboxClient needs an API key: pass { apiKey } or set COVE_API_KEY (`cove key create` makes one).');
     }
-    return new CoveAPI(url, key);
+    const api = new CoveAPI(url, key);
+    if (stateServer !== undefined && new URL(stateServer).href !== new URL(api.baseURL).href) {
+      throw new SandboxConfigurationError(`This session state belongs to the Cove server ${stateServer}, but the client talks to ${api.baseURL}; configure the client for that server to resume it.`);
+    }
+    return api;
   }
 
   async create(args?: SandboxClientCreateArgs<CoveSandboxClientOptions> | Manifest, manifestOptions?: CoveSandboxClientOptions): Promise<CoveSandboxSession> {
@@ -161,7 +169,7 @@ export class CoveSandboxClient implements SandboxClient<CoveSandboxClientOptions
       }
       return new CoveSandboxSession({ api, state, archiveLimits: options.archiveLimits ?? this.options.archiveLimits });
     }
-    const session = await this.create({ manifest: state.manifest, options: { ...optionsFromState(state), server: state.server } });
+    const session = await this.create({ manifest: state.manifest, options: { ...optionsFromState(state), ...options.clientOptions } });
     return session;
   }
 

@@ -51,6 +51,9 @@ export class PtyProcess {
       cmd, cols: String(size.cols), rows: String(size.rows),
     }).replace(/^http/, 'ws');
     const socket = new WebSocket(url, { headers: api.headers() });
+    // Listen before the socket opens: ws delivers the first messages in
+    // the same tick as the open event.
+    const proc = new PtyProcess(socket);
     await new Promise<void>((resolve, reject) => {
       socket.once('open', () => resolve());
       socket.once('unexpected-response', (_req, res) => {
@@ -64,7 +67,7 @@ export class PtyProcess {
       });
       socket.once('error', (err) => reject(new SandboxPtyError(`Cove: the terminal did not open: ${err.message}`, { provider: 'cove' })));
     });
-    return new PtyProcess(socket);
+    return proc;
   }
 
   /** write sends keystrokes to the terminal. */

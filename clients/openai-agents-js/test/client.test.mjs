@@ -62,9 +62,15 @@ test('a SandboxAgent run execs and patches in a Cove sandbox', async () => {
   assert.equal(info.labels.test, 'agents-js');
   await session.delete();
   await assert.rejects(api.json('GET', `/v1/sandboxes/${session.sandboxId}`), /not found/);
+
+  // A sandbox the runner makes itself is deleted when the run ends.
+  const before = (await api.json('GET', '/v1/sandboxes')).sandboxes.length;
+  const owned = await run(agent(), 'Make the files.', { sandbox: { client, manifest: manifest() } });
+  assert.equal(owned.finalOutput, 'done');
+  assert.equal((await api.json('GET', '/v1/sandboxes')).sandboxes.length, before);
 });
 
-test('the runner creates, and stopOnExit stops its sandbox keeping the disk; its state resumes it', async () => {
+test('stopOnExit keeps the disk, and serialized session state resumes the same sandbox', async () => {
   const client = new CoveSandboxClient({ stopOnExit: true });
   const session = track(await client.create({ manifest: manifest() }));
   await session.execStream('echo kept > kept.txt');
@@ -73,6 +79,8 @@ test('the runner creates, and stopOnExit stops its sandbox keeping the disk; its
   await session.delete({ reason: 'cleanup' });
   assert.equal(await state(session.sandboxId), 'stopped');
 
+  // State names its server; the key never follows it elsewhere.
+  await assert.rejects(client.resume(await client.deserializeSessionState({ ...saved, server: 'http://evil.example' })), /belongs to the Cove server/);
   const resumed = await client.resume(await client.deserializeSessionState(saved));
   assert.equal(resumed.sandboxId, session.sandboxId, 'the same sandbox, not a new one');
   assert.equal(await state(resumed.sandboxId), 'running');
@@ -85,6 +93,34 @@ test('the runner creates, and stopOnExit stops its sandbox keeping the disk; its
   await resumed.start(); // the runner's cleanup stopped it again (stopOnExit)
   assert.equal(text(await resumed.readFile({ path: 'notes/hello.txt' })), 'hello from apply_patch');
   assert.equal(text(await resumed.readFile({ path: 'kept.txt' })), 'kept\n');
+
+  // A state whose sandbox is gone makes a new one, with its manifest.
+  await client.delete(resumed.state);
+  const remade = track(await client.resume(await client.deserializeSessionState(saved)));
+  assert.notEqual(remade.sandboxId, session.sandboxId);
+  assert.equal(text(await remade.readFile({ path: 'README.md' })), 'read me\n');
+  assert.equal(await remade.pathExists('kept.txt'), false);
+  await client.delete(remade.state);
+});
+
+test('a sandbox the runner makes is stopped on exit with its disk (stopOnExit), and RunState names it', async () => {
+  const client = new CoveSandboxClient({ stopOnExit: true });
+  const result = await run(agent(), 'Make the files.', { sandbox: { client, manifest: manifest() } });
+  assert.equal(result.finalOutput, 'done');
+  const saved = result.state._sandbox?.sessionState;
+  assert.equal(saved?.backendId, 'cove');
+  const id = saved.providerState.sandboxId;
+  assert.match(id, /^sb-/, JSON.stringify(saved));
+  made.add(id);
+  assert.equal(await state(id), 'stopped', 'the runner\'s cleanup stopped the sandbox rather than deleting it');
+
+  const again = await client.resume(await client.deserializeSessionState(saved.providerState));
+  assert.equal(again.sandboxId, id);
+  assert.equal(text(await again.readFile({ path: 'shell.txt' })), 'from-shell\n');
+  assert.equal(text(await again.readFile({ path: 'notes/hello.txt' })), 'hello from apply_patch');
+  await again.stopKeepingDisk();
+  assert.equal(await state(id), 'stopped');
+  await client.delete(again.state);
 });
 
 test('exec streams output, reports exit codes, stdin and timeouts', async () => {
