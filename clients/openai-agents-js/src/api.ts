@@ -116,6 +116,7 @@ export class CoveAPI {
     json?: unknown;
     body?: Uint8Array;
     contentType?: string;
+    signal?: AbortSignal;
   } = {}): Promise<Response> {
     const headers = this.headers();
     let body: BodyInit | undefined;
@@ -128,7 +129,7 @@ export class CoveAPI {
     }
     let res: Response;
     try {
-      res = await fetch(this.url(path, opts.query), { method, headers, body });
+      res = await fetch(this.url(path, opts.query), { method, headers, body, signal: opts.signal });
     } catch (error) {
       throw new SandboxProviderError(`Cove: cannot reach ${this.baseURL}: ${(error as Error).message}`, {
         provider: 'cove', method, path,
@@ -158,11 +159,22 @@ export class CoveAPI {
 
   /**
    * exec runs a command and reads its NDJSON event stream to the end,
-   * handing each chunk of output to onOutput as it arrives.
+   * handing each chunk of output to onOutput as it arrives. Aborting
+   * signal ends the stream, and the server then kills the command.
    */
   async exec(id: string, req: CoveExecRequest,
+    onOutput?: (stream: 'stdout' | 'stderr', data: Uint8Array) => void, signal?: AbortSignal): Promise<CoveExecResult> {
+    return await this.readExec(id, await this.startExec(id, req, signal), onOutput);
+  }
+
+  /** startExec starts a command; it throws if the server refuses it. */
+  async startExec(id: string, req: CoveExecRequest, signal?: AbortSignal): Promise<Response> {
+    return await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, { json: req, signal });
+  }
+
+  /** readExec reads a started command's event stream to its exit. */
+  async readExec(id: string, res: Response,
     onOutput?: (stream: 'stdout' | 'stderr', data: Uint8Array) => void): Promise<CoveExecResult> {
-    const res = await this.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/exec`, { json: req });
     const out: Uint8Array[] = [];
     const err: Uint8Array[] = [];
     let result: CoveExecResult | undefined;

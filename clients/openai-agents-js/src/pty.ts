@@ -1,33 +1,112 @@
-// Interactive processes for exec_command(tty=true) and write_stdin: a
-// terminal over Cove's PTY WebSocket (GET /v1/sandboxes/{id}/pty), its
-// output buffered until the model asks for it.
+// Processes the model polls with write_stdin: a terminal over Cove's PTY
+// WebSocket (GET /v1/sandboxes/{id}/pty) for exec_command(tty=true), or
+// the exec stream of a command that outlived its yield_time_ms; their
+// output is buffered until the model asks for it.
 
 import { UserError } from '@openai/agents-core';
 import { SandboxPtyError } from '@openai/agents-core/sandbox';
 import { elapsedSeconds, formatExecResponse, truncateOutput } from '@openai/agents-core/sandbox/internal';
 import WebSocket from 'ws';
-import type { CoveAPI } from './api.js';
+import type { CoveAPI, CoveExecResult } from './api.js';
 
 const YIELD_MIN_MS = 250;
 const YIELD_MAX_MS = 30_000;
 const EMPTY_POLL_MIN_MS = 5_000;
 const MAX_PROCESSES = 64;
 
-/** A live terminal and what it printed since the model last looked. */
-export class PtyProcess {
+/**
+ * A running process and what it printed since the model last looked.
+ * Subclasses feed output with append and report the end with finish.
+ */
+export abstract class LiveProcess {
   output = '';
   closed = false;
   exitCode: number | null = null;
   lastUsed = Date.now();
-  private readonly decoder = new TextDecoder();
-  private waiters = new Set<() => void>();
+  protected readonly decoder = new TextDecoder();
+  private readonly waiters = new Set<() => void>();
 
+  /** write sends input to the process. */
+  abstract write(chars: string): Promise<void>;
+
+  /** close ends the process (if it still runs) and its connection. */
+  abstract close(): void;
+
+  protected append(bytes: Uint8Array): void {
+    this.output += this.decoder.decode(bytes, { stream: true });
+  }
+
+  /** collect waits up to ms for the process to end, and takes its output. */
+  async collect(ms: number): Promise<{ text: string; closed: boolean }> {
+    if (!this.closed) {
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          this.waiters.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, ms);
+        this.waiters.add(done);
+      });
+    }
+    const text = this.output;
+    this.output = '';
+    this.lastUsed = Date.now();
+    return { text, closed: this.closed };
+  }
+
+  protected finish(code: number): void {
+    if (this.closed) return;
+    this.output += this.decoder.decode();
+    this.closed = true;
+    this.exitCode = code;
+    // Only the end wakes a waiter: the model asked to wait
+    // yield_time_ms for output unless the process is done.
+    for (const w of [...this.waiters]) w();
+  }
+}
+
+/**
+ * A command on Cove's exec stream that the model polls after its
+ * yield_time_ms. It has no stdin: start a command with tty=true to type
+ * into it.
+ */
+export class StreamProcess extends LiveProcess {
+  private readonly abort: AbortController;
+
+  constructor(api: CoveAPI, sandboxId: string, res: Response, abort: AbortController) {
+    super();
+    this.abort = abort;
+    api.readExec(sandboxId, res, (_stream, data) => this.append(data)).then(
+      (r: CoveExecResult) => {
+        if (r.timedOut) this.output += '\n(the command timed out and was killed)\n';
+        this.finish(r.exitCode ?? 1);
+      },
+      (error: unknown) => {
+        if (!this.closed) this.output += `\n${(error as Error).message}\n`;
+        this.finish(1);
+      });
+  }
+
+  async write(): Promise<void> {
+    throw new UserError('This command was started without tty, so it takes no input; start it with tty=true to type into it.');
+  }
+
+  close(): void {
+    // Ending the stream makes the server kill the command.
+    this.finish(this.exitCode ?? 1);
+    this.abort.abort();
+  }
+}
+
+/** A live terminal. */
+export class PtyProcess extends LiveProcess {
   constructor(private readonly socket: WebSocket) {
+    super();
     socket.on('message', (data: WebSocket.RawData, isBinary: boolean) => {
       const bytes = Buffer.isBuffer(data) ? data : Buffer.concat(Array.isArray(data) ? data : [Buffer.from(data)]);
       if (isBinary) {
-        this.output += this.decoder.decode(bytes, { stream: true });
-        this.notify();
+        this.append(bytes);
         return;
       }
       try {
@@ -89,48 +168,14 @@ export class PtyProcess {
     }
     this.finish(this.exitCode ?? 1);
   }
-
-  /** collect waits up to ms for the process to end, and takes its output. */
-  async collect(ms: number): Promise<{ text: string; closed: boolean }> {
-    if (!this.closed) {
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          clearTimeout(timer);
-          this.waiters.delete(done);
-          resolve();
-        };
-        const timer = setTimeout(done, ms);
-        this.waiters.add(done);
-      });
-    }
-    const text = this.output;
-    this.output = '';
-    this.lastUsed = Date.now();
-    return { text, closed: this.closed };
-  }
-
-  private finish(code: number): void {
-    if (this.closed) return;
-    this.output += this.decoder.decode();
-    this.closed = true;
-    this.exitCode = code;
-    this.notify();
-  }
-
-  private notify(): void {
-    // Output wakes a waiter only when the process ended: the model asked
-    // to wait yield_time_ms for more unless the process is done.
-    if (!this.closed) return;
-    for (const w of [...this.waiters]) w();
-  }
 }
 
-/** The terminals of one session, by the ids the model sees. */
+/** The live processes of one session, by the ids the model sees. */
 export class PtyRegistry {
-  private readonly procs = new Map<number, PtyProcess>();
+  private readonly procs = new Map<number, LiveProcess>();
   private next = 1000 + Math.floor(Math.random() * 1000);
 
-  add(p: PtyProcess): number {
+  add(p: LiveProcess): number {
     if (this.procs.size >= MAX_PROCESSES) {
       const oldest = [...this.procs.entries()].sort((a, b) => a[1].lastUsed - b[1].lastUsed)[0];
       if (oldest) {
@@ -143,7 +188,7 @@ export class PtyRegistry {
     return id;
   }
 
-  get(id: number): PtyProcess | undefined {
+  get(id: number): LiveProcess | undefined {
     return this.procs.get(id);
   }
 

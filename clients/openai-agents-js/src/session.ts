@@ -45,7 +45,7 @@ import { join as hostJoin, resolve as hostResolve } from 'node:path';
 import { posix } from 'node:path';
 import { CoveAPI, CoveAPIError } from './api.js';
 import type { CoveCreateRequest, CoveExecResult, CoveFileInfo, CovePort, CoveSandbox, CoveSnapshot } from './api.js';
-import { clampYield, PtyProcess, PtyRegistry } from './pty.js';
+import { clampYield, PtyProcess, PtyRegistry, StreamProcess } from './pty.js';
 
 /** How a session saves its workspace for persistWorkspace. */
 export type CoveWorkspacePersistence = 'tar' | 'snapshot';
@@ -170,15 +170,26 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
     };
   }
 
+  /**
+   * execCommand is the shell tool's exec_command: it answers after the
+   * command ends or after yield_time_ms, whichever comes first; a command
+   * still running then gets a session id that write_stdin polls (and,
+   * with tty=true, types into).
+   */
   async execCommand(args: ExecCommandArgs): Promise<string> {
     if (args.tty) {
       return await this.execPty(args);
     }
-    const r = await this.exec(args);
-    return formatExecResponse({
-      output: r.output, wallTimeSeconds: r.wallTimeSeconds, exitCode: r.exitCode,
-      originalTokenCount: r.originalTokenCount,
-    });
+    const start = Date.now();
+    const abort = new AbortController();
+    const res = await this.api.startExec(this.state.sandboxId, {
+      cmd: shellLine(args), shell: true,
+      dir: this.resolveWorkdir(args.workdir),
+      env: this.state.environment,
+      user: args.runAs,
+    }, abort.signal);
+    const id = this.ptys.add(new StreamProcess(this.api, this.state.sandboxId, res, abort));
+    return await this.ptys.report(id, start, clampYield(args.yieldTimeMs, 10_000), args.maxOutputTokens);
   }
 
   /**

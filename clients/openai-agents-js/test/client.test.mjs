@@ -138,6 +138,19 @@ test('exec streams output, reports exit codes, stdin and timeouts', async () => 
   const out = await session.execCommand({ cmd: 'pwd' });
   assert.match(out, /\/workspace/);
   assert.match(out, /Process exited with code 0/);
+  // A command that outlives yield_time_ms gets a session id to poll (it
+  // waits for a file only this test makes, so it cannot end before).
+  const long = await session.execCommand({ cmd: 'echo started; while [ ! -e go ]; do sleep 0.1; done; echo finished', yieldTimeMs: 250 });
+  const id = Number(/session ID (\d+)/.exec(long)?.[1]);
+  assert.ok(id > 0, long);
+  await assert.rejects(session.writeStdin({ sessionId: id, chars: 'x' }), /without tty/);
+  await session.execStream('touch go');
+  let rest = long;
+  for (let i = 0; i < 30 && !/Process exited/.test(rest); i++) {
+    rest += await session.writeStdin({ sessionId: id, chars: '', yieldTimeMs: 1000 });
+  }
+  assert.match(rest, /started[\s\S]*finished/);
+  assert.match(rest, /Process exited with code 0/);
   await session.delete();
 });
 
