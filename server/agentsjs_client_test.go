@@ -151,6 +151,11 @@ func TestAgentsJSClient(t *testing.T) {
 			if len(list.Sandboxes) != 0 {
 				t.Errorf("the suite left %d sandboxes behind", len(list.Sandboxes))
 			}
+			var snaps api.SnapshotList
+			ts.must(t, http.StatusOK, "GET", "/v1/snapshots", k.Secret, nil, &snaps)
+			if len(snaps.Snapshots) != 0 {
+				t.Errorf("the suite left %d snapshots behind", len(snaps.Snapshots))
+			}
 		})
 	}
 }

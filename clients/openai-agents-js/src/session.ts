@@ -207,7 +207,7 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
       });
     }
     const start = Date.now();
-    const env = Object.entries(this.state.environment).map(([k, v]) => `${k}=${shellQuote(v)}`).join(' ');
+    const env = Object.entries(this.state.environment).map(([k, v]) => shellQuote(`${k}=${v}`)).join(' ');
     const line = `cd ${shellQuote(this.resolveWorkdir(args.workdir))} && exec env ${env} ${args.shell ? shellLine(args) : `/bin/sh -c ${shellQuote(args.cmd)}`}`;
     const proc = await PtyProcess.open(this.api, this.state.sandboxId, line);
     const id = this.ptys.add(proc);

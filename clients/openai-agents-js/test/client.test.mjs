@@ -193,16 +193,16 @@ test('snapshot persistence saves a Cove snapshot and restores it', async () => {
 });
 
 test('exec_command with tty=true opens a terminal that write_stdin drives', async () => {
-  const client = new CoveSandboxClient();
+  const client = new CoveSandboxClient({ env: { GREETING: "it's me" } });
   const session = track(await client.create({ manifest: manifest() }));
-  const first = await session.execCommand({ cmd: 'read line; echo "got:$line"; tty', tty: true, yieldTimeMs: 500 });
+  const first = await session.execCommand({ cmd: 'read line; echo "got:$line:$GREETING"; tty', tty: true, yieldTimeMs: 500 });
   const id = Number(/session ID (\d+)/i.exec(first)?.[1]);
   assert.ok(id > 0, `a running session id in: ${first}`);
   let out = await session.writeStdin({ sessionId: id, chars: 'typed\n', yieldTimeMs: 1000 });
   for (let i = 0; i < 20 && !/Process exited with code/.test(out); i++) {
     out += await session.writeStdin({ sessionId: id, chars: '', yieldTimeMs: 1000 });
   }
-  assert.match(out, /got:typed/);
+  assert.match(out, /got:typed:it's me/);
   assert.match(out, /\/dev\/pts\//, 'the command ran on a terminal');
   assert.match(out, /Process exited with code 0/);
   const pty = await session.openPty('stty size');
