@@ -222,6 +222,15 @@ test('ports, network and options reach the server', async () => {
   assert.ok(ep.url.includes(session.sandboxId), ep.url);
   await assert.rejects(session.resolveExposedPort(9090), /not among the exposed ports/);
   await session.delete();
+
+  const sized = track(await new CoveSandboxClient({ cpus: 0.5, memoryBytes: 256 << 20, diskBytes: 1 << 30, onExpire: 'delete', template: info.template }).create({ manifest: manifest() }));
+  const s2 = await sized.info();
+  assert.equal(s2.cpus, 0.5);
+  assert.equal(s2.memory_bytes, 256 << 20);
+  assert.equal(s2.disk_bytes, 1 << 30);
+  assert.equal(s2.on_expire, 'delete');
+  assert.equal(s2.template, info.template);
+  await sized.delete();
   // A tier the server does not offer is refused with the server's message.
   await assert.rejects(new CoveSandboxClient({ isolation: 'microvm' }).create({ manifest: manifest() }), /isolation/);
 });
