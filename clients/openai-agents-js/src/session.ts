@@ -97,7 +97,7 @@ function toBytes(data: WorkspaceArchiveData): Uint8Array {
 
 /** Options for CoveSandboxSession.execStream. */
 export type CoveExecOptions = {
-  /** Working directory: absolute, or relative to the workspace root. */
+  /** Working directory: absolute, or relative to the workspace root (the default). */
   workdir?: string;
   env?: Record<string, string>;
   runAs?: string;
@@ -107,6 +107,24 @@ export type CoveExecOptions = {
   onStdout?: (data: Uint8Array) => void;
   onStderr?: (data: Uint8Array) => void;
 };
+
+/**
+ * The file operations of one user: the sandbox's own through the file
+ * API, another (runAs) through commands run as that user, so the
+ * sandbox's permissions decide what it may touch.
+ */
+type Files = {
+  read(abs: string): Promise<Uint8Array>;
+  write(abs: string, content: Uint8Array): Promise<void>;
+  mkdir(abs: string): Promise<void>;
+  remove(abs: string): Promise<void>;
+  stat(abs: string): Promise<'file' | 'dir' | 'other' | undefined>;
+  list(abs: string): Promise<SandboxDirectoryEntry[]>;
+};
+
+function notFound(abs: string): CoveAPIError {
+  return new CoveAPIError(404, 'not_found', `${abs} does not exist in the sandbox`);
+}
 
 /** A Cove sandbox bound to the Agents SDK's session interface. */
 export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionState> {
@@ -148,9 +166,12 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
   async execStream(cmd: string, opts: CoveExecOptions = {}): Promise<CoveExecResult> {
     const stdin = opts.stdin === undefined ? undefined
       : Buffer.from(typeof opts.stdin === 'string' ? Buffer.from(opts.stdin, 'utf8') : opts.stdin).toString('base64');
+    // The server keeps a working directory inside the workspace; the
+    // model's paths are checked here first (exec, execCommand).
+    const root = this.state.manifest.root;
+    const dir = !opts.workdir ? root : posix.normalize(opts.workdir.startsWith('/') ? opts.workdir : posix.join(root, opts.workdir));
     return await this.api.exec(this.state.sandboxId, {
-      cmd, shell: true,
-      dir: this.resolveWorkdir(opts.workdir),
+      cmd, shell: true, dir,
       env: { ...this.state.environment, ...opts.env },
       user: opts.runAs,
       stdin,
@@ -160,7 +181,7 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
 
   async exec(args: ExecCommandArgs): Promise<SandboxExecResult> {
     const start = Date.now();
-    const r = await this.execStream(shellLine(args), { workdir: args.workdir, runAs: args.runAs });
+    const r = await this.execStream(shellLine(args), { workdir: this.resolveWorkdir(args.workdir), runAs: args.runAs });
     const stdout = new TextDecoder().decode(r.stdout);
     const stderr = new TextDecoder().decode(r.stderr);
     const out = truncateOutput(joinOutput(stdout, stderr), args.maxOutputTokens);
@@ -249,56 +270,109 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
     return workdir ? this.resolvePath(workdir) : this.state.manifest.root;
   }
 
+  /** files is the file operations of runAs, or of the sandbox's user. */
+  private files(runAs?: string): Files {
+    return runAs ? this.filesAs(runAs) : this.apiFiles;
+  }
+
+  private readonly apiFiles: Files = {
+    read: async (abs) => await this.api.bytes('GET', this.path('/files'), { query: { path: abs } }),
+    write: async (abs, content) => {
+      const parent = posix.dirname(abs);
+      if (parent !== '/') await this.apiFiles.mkdir(parent);
+      await this.api.drop('PUT', this.path('/files'), { query: { path: abs }, body: content });
+    },
+    mkdir: async (abs) => await this.api.drop('POST', this.path('/files/mkdir'), { query: { path: abs } }),
+    remove: async (abs) => await this.api.drop('DELETE', this.path('/files'), { query: { path: abs } }),
+    stat: async (abs) => {
+      try {
+        const fi = await this.api.json<CoveFileInfo>('GET', this.path('/files/stat'), { query: { path: abs } });
+        return fi.type === 'file' || fi.type === 'dir' ? fi.type : 'other';
+      } catch (error) {
+        if (error instanceof CoveAPIError && error.status === 404) return undefined;
+        throw error;
+      }
+    },
+    list: async (abs) => {
+      const list = await this.api.json<{ files: CoveFileInfo[] }>('GET', this.path('/files/list'), { query: { path: abs } });
+      return list.files.map((f) => ({ name: f.name, path: f.path, type: f.type === 'file' ? 'file' : f.type === 'dir' ? 'dir' : 'other' }));
+    },
+  };
+
+  private filesAs(user: string): Files {
+    const run = async (cmd: string, stdin?: Uint8Array) => {
+      const r = await this.execStream(cmd, { runAs: user, stdin });
+      return { ok: r.exitCode === 0, out: r.stdout, err: new TextDecoder().decode(r.stderr).trim() };
+    };
+    const check = async (what: string, cmd: string, stdin?: Uint8Array) => {
+      const r = await run(cmd, stdin);
+      if (!r.ok) {
+        throw new SandboxProviderError(`CoveSandboxClient could not ${what} as ${user}: ${r.err}`, { provider: 'cove', user });
+      }
+      return r.out;
+    };
+    const files: Files = {
+      read: async (abs) => {
+        if ((await files.stat(abs)) === undefined) throw notFound(abs);
+        return await check(`read ${abs}`, `cat -- ${shellQuote(abs)}`);
+      },
+      write: async (abs, content) => {
+        await check(`write ${abs}`, `mkdir -p -- ${shellQuote(posix.dirname(abs))} && cat > ${shellQuote(abs)}`, content);
+      },
+      mkdir: async (abs) => { await check(`make ${abs}`, `mkdir -p -- ${shellQuote(abs)}`); },
+      remove: async (abs) => { await check(`remove ${abs}`, `rm -rf -- ${shellQuote(abs)}`); },
+      stat: async (abs) => {
+        const q = shellQuote(abs);
+        const r = await run(`if [ -d ${q} ]; then echo dir; elif [ -f ${q} ]; then echo file; elif [ -e ${q} ] || [ -L ${q} ]; then echo other; fi`);
+        const t = new TextDecoder().decode(r.out).trim();
+        return t === 'dir' || t === 'file' || t === 'other' ? t : undefined;
+      },
+      list: async (abs) => {
+        const out = new TextDecoder().decode(await check(`list ${abs}`, `find ${shellQuote(abs)} -mindepth 1 -maxdepth 1 -printf '%y\\t%f\\0'`));
+        return out.split('\0').filter(Boolean).map((entry) => {
+          const tab = entry.indexOf('\t');
+          const y = entry.slice(0, tab);
+          const name = entry.slice(tab + 1);
+          return { name, path: posix.join(abs, name), type: y === 'f' ? 'file' as const : y === 'd' ? 'dir' as const : 'other' as const };
+        });
+      },
+    };
+    return files;
+  }
+
   async readFile(args: ReadFileArgs): Promise<Uint8Array> {
-    this.assertNoFileRunAs(args.runAs);
-    const bytes = await this.readBytes(this.resolvePath(args.path));
+    const bytes = await this.files(args.runAs).read(this.resolvePath(args.path));
     return typeof args.maxBytes === 'number' && bytes.byteLength > args.maxBytes ? bytes.subarray(0, args.maxBytes) : bytes;
   }
 
   /** readBytes reads a file by its absolute path. */
   async readBytes(abs: string): Promise<Uint8Array> {
-    return await this.api.bytes('GET', this.path('/files'), { query: { path: abs } });
+    return await this.apiFiles.read(abs);
   }
 
   /** writeBytes writes a file by its absolute path, making its parents. */
   async writeBytes(abs: string, content: string | Uint8Array): Promise<void> {
-    const parent = posix.dirname(abs);
-    if (parent !== '/') await this.mkdir(parent);
-    const body = typeof content === 'string' ? new TextEncoder().encode(content) : content;
-    await this.api.drop('PUT', this.path('/files'), { query: { path: abs }, body });
+    await this.apiFiles.write(abs, typeof content === 'string' ? new TextEncoder().encode(content) : content);
   }
 
   async mkdir(abs: string): Promise<void> {
-    await this.api.drop('POST', this.path('/files/mkdir'), { query: { path: abs } });
+    await this.apiFiles.mkdir(abs);
   }
 
   async remove(abs: string): Promise<void> {
-    await this.api.drop('DELETE', this.path('/files'), { query: { path: abs } });
-  }
-
-  private async stat(abs: string): Promise<CoveFileInfo | undefined> {
-    try {
-      return await this.api.json<CoveFileInfo>('GET', this.path('/files/stat'), { query: { path: abs } });
-    } catch (error) {
-      if (error instanceof CoveAPIError && error.status === 404) return undefined;
-      throw error;
-    }
+    await this.apiFiles.remove(abs);
   }
 
   async pathExists(path: string, runAs?: string): Promise<boolean> {
-    this.assertNoFileRunAs(runAs);
-    return (await this.stat(this.resolvePath(path))) !== undefined;
+    return (await this.files(runAs).stat(this.resolvePath(path))) !== undefined;
   }
 
   async directoryExists(path: string, runAs?: string): Promise<boolean> {
-    this.assertNoFileRunAs(runAs);
-    return (await this.stat(this.resolvePath(path)))?.type === 'dir';
+    return (await this.files(runAs).stat(this.resolvePath(path))) === 'dir';
   }
 
   async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
-    this.assertNoFileRunAs(args.runAs);
-    const list = await this.api.json<{ files: CoveFileInfo[] }>('GET', this.path('/files/list'), { query: { path: this.resolvePath(args.path) } });
-    return list.files.map((f) => ({ name: f.name, path: f.path, type: f.type === 'file' ? 'file' : f.type === 'dir' ? 'dir' : 'other' }));
+    return await this.files(args.runAs).list(this.resolvePath(args.path));
   }
 
   async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
@@ -306,82 +380,72 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
   }
 
   createEditor(runAs?: string): Editor {
-    this.assertNoFileRunAs(runAs);
-    const readText = async (abs: string) => new TextDecoder().decode(await this.readBytes(abs));
+    const fs = this.files(runAs);
+    const text = (s: string) => new TextEncoder().encode(s);
     return {
       createFile: async (op) => {
         const abs = this.resolvePath(op.path, true);
-        if (await this.stat(abs)) {
+        if (await fs.stat(abs)) {
           throw new UserError(`Cannot create file because it already exists: ${op.path}`);
         }
-        await this.writeBytes(abs, applyDiff('', op.diff, 'create'));
+        await fs.write(abs, text(applyDiff('', op.diff, 'create')));
         return {};
       },
       updateFile: async (op) => {
         const abs = this.resolvePath(op.path, true);
         const dest = op.moveTo ? this.resolvePath(op.moveTo, true) : abs;
-        await this.writeBytes(dest, applyDiff(await readText(abs), op.diff));
-        if (dest !== abs) await this.remove(abs);
+        await fs.write(dest, text(applyDiff(new TextDecoder().decode(await fs.read(abs)), op.diff)));
+        if (dest !== abs) await fs.remove(abs);
         return {};
       },
       deleteFile: async (op) => {
-        await this.remove(this.resolvePath(op.path, true));
+        await fs.remove(this.resolvePath(op.path, true));
         return {};
       },
     };
   }
 
-  private assertNoFileRunAs(runAs?: string): void {
-    if (runAs) {
-      throw new SandboxUnsupportedFeatureError('CoveSandboxClient file operations run as the sandbox\'s user; runAs is not supported for them yet.', {
-        provider: 'cove', feature: 'runAs',
-      });
-    }
-  }
-
   // ---- manifest ----
 
   async applyManifest(manifest: Manifest, runAs?: string): Promise<void> {
-    this.assertNoFileRunAs(runAs);
     const environment = await materializeEnvironment(manifest, this.state.environment);
     for (const { absolutePath, entry } of manifest.iterEntries()) {
-      await this.materialize(absolutePath, entry);
+      await this.materialize(absolutePath, entry, this.files(runAs));
     }
     this.state.manifest = mergeManifestDelta(this.state.manifest, manifest);
     this.state.environment = { ...this.state.environment, ...environment };
   }
 
   async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
-    this.assertNoFileRunAs(args.runAs);
     const root = this.state.manifest.root;
     const logical = args.path.startsWith('/') ? posix.relative(root, args.path) : args.path;
     const single = new Manifest({ root, entries: { [logical]: args.entry } });
     for (const { absolutePath, entry } of single.iterEntries()) {
-      await this.materialize(absolutePath, entry);
+      await this.materialize(absolutePath, entry, this.files(args.runAs));
     }
     this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
   }
 
   /** materialize makes one entry (not its children: iterEntries yields those). */
-  private async materialize(abs: string, entry: Entry): Promise<void> {
+  private async materialize(abs: string, entry: Entry, fs: Files): Promise<void> {
     this.resolvePath(abs, true);
     switch (entry.type) {
       case 'dir':
-        await this.mkdir(abs);
+        await fs.mkdir(abs);
         return;
       case 'file':
-        await this.writeBytes(abs, entry.content);
+        await fs.write(abs, typeof entry.content === 'string' ? new TextEncoder().encode(entry.content) : entry.content);
         return;
       case 'local_file':
-        await this.writeBytes(abs, await readFile(hostResolve(entry.src)));
+        await fs.write(abs, await readFile(hostResolve(entry.src)));
         return;
       case 'local_dir':
-        await this.uploadDir(hostResolve(entry.src), abs);
+        await this.uploadDir(hostResolve(entry.src), abs, fs);
         return;
       case 'git_repo': {
         const url = `https://${entry.host ?? 'github.com'}/${entry.repo}.git`;
         const branch = entry.ref ? `--branch ${shellQuote(entry.ref)} ` : '';
-        const r = await this.execStream(`git clone --depth 1 ${branch}${shellQuote(url)} ${shellQuote(abs)}`, { workdir: '/' });
+        const r = await this.execStream(`git clone --depth 1 ${branch}${shellQuote(url)} ${shellQuote(abs)}`);
         if (r.exitCode !== 0) {
           throw new SandboxProviderError(`CoveSandboxClient could not clone ${entry.repo} (does the sandbox's network allow it?): ${new TextDecoder().decode(r.stderr)}`, {
             provider: 'cove', path: abs,
@@ -397,16 +461,16 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
   }
 
   /** uploadDir copies a host directory's files (not its symlinks) into the sandbox. */
-  private async uploadDir(src: string, dest: string): Promise<void> {
-    await this.mkdir(dest);
+  private async uploadDir(src: string, dest: string, fs: Files): Promise<void> {
+    await fs.mkdir(dest);
     for (const name of await readdir(src)) {
       const from = hostJoin(src, name);
       const to = posix.join(dest, name);
       const st = await lstat(from);
       if (st.isDirectory()) {
-        await this.uploadDir(from, to);
+        await this.uploadDir(from, to, fs);
       } else if (st.isFile()) {
-        await this.writeBytes(to, await readFile(from));
+        await fs.write(to, await readFile(from));
       }
     }
   }

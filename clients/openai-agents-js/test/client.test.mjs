@@ -154,6 +154,26 @@ test('exec streams output, reports exit codes, stdin and timeouts', async () => 
   await session.delete();
 });
 
+test('runAs: files, the editor and commands act as that user', async () => {
+  const client = new CoveSandboxClient();
+  const session = track(await client.create({ manifest: manifest() }));
+  const me = text((await session.execStream('id -un')).stdout).trim();
+  assert.equal(text((await session.execStream('id -un', { runAs: 'root' })).stdout).trim(), 'root');
+  const editor = session.createEditor('root');
+  await editor.createFile({ type: 'create_file', path: 'owned/by-root.txt', diff: '+as root\n' });
+  assert.equal(text((await session.execStream('stat -c %U owned/by-root.txt')).stdout).trim(), 'root');
+  assert.equal(text(await session.readFile({ path: 'owned/by-root.txt', runAs: 'root' })), 'as root');
+  assert.equal(await session.pathExists('owned/by-root.txt', 'root'), true);
+  assert.equal(await session.directoryExists('owned', 'root'), true);
+  assert.deepEqual((await session.listDir({ path: 'owned', runAs: 'root' })).map((e) => [e.name, e.type]), [['by-root.txt', 'file']]);
+  await assert.rejects(session.readFile({ path: 'nope.txt', runAs: me }), /does not exist/);
+  // The sandbox's permissions decide: its own user cannot change root's file.
+  await assert.rejects(session.createEditor(me).deleteFile({ type: 'delete_file', path: 'owned/by-root.txt' }), /could not remove/);
+  await session.createEditor('root').deleteFile({ type: 'delete_file', path: 'owned/by-root.txt' });
+  assert.equal(await session.pathExists('owned/by-root.txt'), false);
+  await session.delete();
+});
+
 test('tar persistence restores the workspace into a new sandbox', async () => {
   const client = new CoveSandboxClient();
   const first = track(await client.create({ manifest: manifest() }));
