@@ -32,7 +32,6 @@ import type {
 } from '@openai/agents-core/sandbox';
 import {
   elapsedSeconds,
-  formatExecResponse,
   imageOutputFromBytes,
   materializeEnvironment,
   mergeManifestDelta,
