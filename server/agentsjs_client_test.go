@@ -80,15 +80,26 @@ func (e *buildError) Error() string { return e.what + ": " + e.err.Error() + "\n
 
 // agentsJSModel is the scripted model of the client's tests: exec_command,
 // then apply_patch, then "done", by how many tool results the
-// conversation holds, so every run in the suite gets the same script.
+// conversation holds, so every run in the suite gets the same script;
+// asked "whoami", it runs id -un, then says "done".
 func agentsJSModel(t testing.TB) *fake.Server {
 	return fake.NewServer(t, fake.Func(func(r *fake.Request) fake.Turn {
 		msgs, _ := r.Body["messages"].([]any)
-		results := 0
+		results, whoami := 0, false
 		for _, m := range msgs {
-			if mm, _ := m.(map[string]any); mm["role"] == "tool" {
+			mm, _ := m.(map[string]any)
+			switch {
+			case mm["role"] == "tool":
 				results++
+			case mm["role"] == "user" && mm["content"] == "whoami":
+				whoami = true
 			}
+		}
+		if whoami {
+			if results == 0 {
+				return fake.Call("exec_command", `{"cmd":"id -un"}`)
+			}
+			return fake.Text("done")
 		}
 		switch results {
 		case 0:

@@ -408,6 +408,7 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
 
   async applyManifest(manifest: Manifest, runAs?: string): Promise<void> {
     const environment = await materializeEnvironment(manifest, this.state.environment);
+    await this.provisionAccounts(manifest);
     for (const { absolutePath, entry } of manifest.iterEntries()) {
       await this.materialize(absolutePath, entry, this.files(runAs));
     }
@@ -423,6 +424,46 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
       await this.materialize(absolutePath, entry, this.files(args.runAs));
     }
     this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
+  }
+
+  /**
+   * provisionAccounts creates the manifest's users and groups that the
+   * sandbox lacks (as its root, with useradd and groupadd), and waits
+   * until its daemon can run commands as each user.
+   */
+  private async provisionAccounts(manifest: Manifest): Promise<void> {
+    const users = new Set(manifest.users.map((u) => u.name));
+    for (const g of manifest.groups) for (const u of g.users ?? []) users.add(u.name);
+    if (users.size === 0 && manifest.groups.length === 0) return;
+    const q = shellQuote;
+    const lines = [
+      ...manifest.groups.map((g) => `getent group ${q(g.name)} >/dev/null 2>&1 || groupadd ${q(g.name)}`),
+      ...[...users].map((u) => `id -u ${q(u)} >/dev/null 2>&1 || useradd -U -M -s /usr/sbin/nologin ${q(u)}`),
+      ...manifest.groups.flatMap((g) => (g.users ?? []).map((u) => `usermod -aG ${q(g.name)} ${q(u.name)}`)),
+    ];
+    const r = await this.execStream(lines.join(' && '), { runAs: 'root' });
+    if (r.exitCode !== 0) {
+      throw new SandboxProviderError(`CoveSandboxClient could not create the manifest's users and groups (the template needs useradd and groupadd): ${new TextDecoder().decode(r.stderr).trim()}`, {
+        provider: 'cove',
+      });
+    }
+    // The daemon re-reads /etc/passwd every few seconds.
+    for (const u of users) {
+      let last: unknown;
+      for (let i = 0; ; i++) {
+        try {
+          const r = await this.execStream('true', { runAs: u });
+          if (r.exitCode === 0) break;
+          last = new Error(new TextDecoder().decode(r.stderr));
+        } catch (error) {
+          last = error;
+        }
+        if (i >= 150) {
+          throw new SandboxProviderError(`CoveSandboxClient made user ${u}, but commands cannot run as it: ${(last as Error).message}`, { provider: 'cove', user: u });
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
   }
 
   /** materialize makes one entry (not its children: iterEntries yields those). */

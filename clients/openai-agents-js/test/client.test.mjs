@@ -174,6 +174,16 @@ test('runAs: files, the editor and commands act as that user', async () => {
   await session.delete();
 });
 
+test('a SandboxAgent with runAs gets its user made and runs its commands as it', async () => {
+  const client = new CoveSandboxClient();
+  const base = agent();
+  const runner = new SandboxAgent({ name: base.name, instructions: base.instructions, model: base.model, capabilities: [shell(), filesystem()], runAs: 'agent' });
+  const result = await run(runner, 'whoami', { sandbox: { client, manifest: manifest() } });
+  assert.equal(result.finalOutput, 'done');
+  const outputs = result.newItems.filter((i) => i.type === 'tool_call_output_item').map((i) => JSON.stringify(i.output));
+  assert.match(outputs[0], /Process exited with code 0.*agent/s);
+});
+
 test('tar persistence restores the workspace into a new sandbox', async () => {
   const client = new CoveSandboxClient();
   const first = track(await client.create({ manifest: manifest() }));
