@@ -10,6 +10,7 @@ import {
   SandboxProviderError,
   SandboxSnapshotError,
   SandboxUnsupportedFeatureError,
+  resolveSandboxArchiveLimits,
   validateSandboxArchiveLimits,
 } from '@openai/agents-core/sandbox';
 import type {
@@ -543,12 +544,7 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
       return;
     }
     const bytes = toBytes(data);
-    const limits = options.archiveLimits === undefined ? this.archiveLimits : options.archiveLimits;
-    if (limits?.maxInputBytes != null && bytes.byteLength > limits.maxInputBytes) {
-      throw new SandboxSnapshotError(`The workspace archive is ${bytes.byteLength} bytes, over the limit of ${limits.maxInputBytes}.`, {
-        provider: 'cove',
-      });
-    }
+    checkArchive(bytes, resolveSandboxArchiveLimits(options.archiveLimits === undefined ? this.archiveLimits : options.archiveLimits));
     await this.api.drop('PUT', this.path('/tar'), { query: { path: this.state.manifest.root }, body: bytes, contentType: 'application/x-tar' });
   }
 
@@ -641,6 +637,38 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
       // Already stopped is fine.
       if (!(error instanceof CoveAPIError && error.coveCode === 'state')) throw error;
     }
+  }
+}
+
+/**
+ * checkArchive holds a tar to the SDK's archive limits (its size, its
+ * members, the bytes they unpack to) before any of it is sent; the server
+ * checks each member's name and type itself.
+ */
+export function checkArchive(tar: Uint8Array, limits: ReturnType<typeof resolveSandboxArchiveLimits>): void {
+  if (!limits) return;
+  const fail = (what: string) => {
+    throw new SandboxSnapshotError(`The workspace archive ${what}; nothing was restored.`, { provider: 'cove' });
+  };
+  if (limits.maxInputBytes !== null && tar.byteLength > limits.maxInputBytes) {
+    fail(`is ${tar.byteLength} bytes, over the limit of ${limits.maxInputBytes}`);
+  }
+  let members = 0;
+  let extracted = 0;
+  for (let off = 0; off + 512 <= tar.byteLength;) {
+    const header = tar.subarray(off, off + 512);
+    if (header.every((b) => b === 0)) break;
+    const field = new TextDecoder().decode(header.subarray(124, 136)).replace(/\0.*$/s, '').trim();
+    const size = (header[124]! & 0x80) !== 0 ? Number.MAX_SAFE_INTEGER : parseInt(field || '0', 8);
+    if (!Number.isFinite(size) || size < 0) fail('is not a valid tar');
+    const type = String.fromCharCode(header[156]!);
+    if (type !== 'x' && type !== 'g' && type !== 'L' && type !== 'K') {
+      members++;
+      extracted += size;
+    }
+    if (limits.maxMembers !== null && members > limits.maxMembers) fail(`has more than ${limits.maxMembers} members`);
+    if (limits.maxExtractedBytes !== null && extracted > limits.maxExtractedBytes) fail(`unpacks to more than ${limits.maxExtractedBytes} bytes`);
+    off += 512 + Math.ceil(size / 512) * 512;
   }
 }
 

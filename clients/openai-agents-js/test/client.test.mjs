@@ -195,6 +195,10 @@ test('tar persistence restores the workspace into a new sandbox', async () => {
 
   const second = track(await client.create({ manifest: new Manifest() }));
   assert.notEqual(second.sandboxId, first.sandboxId);
+  // The SDK's archive limits are held before anything is sent.
+  await assert.rejects(second.hydrateWorkspace(tar, { archiveLimits: { maxMembers: 1 } }), /more than 1 members/);
+  await assert.rejects(second.hydrateWorkspace(tar, { archiveLimits: { maxExtractedBytes: 4 } }), /unpacks to more than 4 bytes/);
+  assert.equal(await second.pathExists('src/a.txt'), false);
   await second.hydrateWorkspace(tar);
   assert.equal(text(await second.readFile({ path: 'src/a.txt' })), 'tarred\n');
   assert.equal(text(await second.readFile({ path: 'README.md' })), 'read me\n');
