@@ -528,7 +528,10 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
       const sn = await this.api.json<CoveSnapshot>('POST', this.path('/snapshots'));
       return encodeSnapshotRef(sn.id);
     }
-    return await this.api.bytes('GET', this.path('/tar'), { query: { path: this.state.manifest.root } });
+    const tar = await this.api.bytes('GET', this.path('/tar'), { query: { path: this.state.manifest.root } });
+    // Ephemeral entries (credentials, caches) are not part of what is kept.
+    const ephemeral = [...this.state.manifest.ephemeralPersistencePaths()];
+    return ephemeral.length ? dropMembers(tar, (name) => ephemeral.some((p) => name === p || name.startsWith(`${p}/`))) : tar;
   }
 
   /**
@@ -670,6 +673,51 @@ export function checkArchive(tar: Uint8Array, limits: ReturnType<typeof resolveS
     if (limits.maxExtractedBytes !== null && extracted > limits.maxExtractedBytes) fail(`unpacks to more than ${limits.maxExtractedBytes} bytes`);
     off += 512 + Math.ceil(size / 512) * 512;
   }
+}
+
+/**
+ * dropMembers copies a tar without the members whose path (relative to
+ * the archive's root, PAX and GNU long names included) drop accepts.
+ */
+export function dropMembers(tar: Uint8Array, drop: (name: string) => boolean): Uint8Array {
+  const out: Uint8Array[] = [];
+  let pending: Uint8Array[] = [];
+  let longName: string | undefined;
+  const str = (b: Uint8Array) => new TextDecoder().decode(b).replace(/\0.*$/s, '');
+  for (let off = 0; off + 512 <= tar.byteLength;) {
+    const header = tar.subarray(off, off + 512);
+    if (header.every((b) => b === 0)) {
+      out.push(tar.subarray(off));
+      break;
+    }
+    const size = parseInt(str(header.subarray(124, 136)).trim() || '0', 8);
+    const end = off + 512 + Math.ceil(size / 512) * 512;
+    const block = tar.subarray(off, end);
+    const data = tar.subarray(off + 512, off + 512 + size);
+    const type = String.fromCharCode(header[156]!);
+    off = end;
+    if (type === 'x' || type === 'L') {
+      pending.push(block);
+      if (type === 'L') longName = str(data);
+      else longName = /(?:^|\n)\d+ path=([^\n]*)\n/.exec(new TextDecoder().decode(data))?.[1] ?? longName;
+      continue;
+    }
+    if (type === 'g') {
+      out.push(block);
+      continue;
+    }
+    let name = longName;
+    if (name === undefined) {
+      name = str(header.subarray(0, 100));
+      const prefix = str(header.subarray(345, 500));
+      if (str(header.subarray(257, 263)).startsWith('ustar') && prefix) name = `${prefix}/${name}`;
+    }
+    name = name.replace(/^(\.\/)+/, '').replace(/\/+$/, '');
+    if (!drop(name)) out.push(...pending, block);
+    pending = [];
+    longName = undefined;
+  }
+  return Buffer.concat(out);
 }
 
 function isUnder(path: string, root: string): boolean {

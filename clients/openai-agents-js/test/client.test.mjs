@@ -186,7 +186,12 @@ test('a SandboxAgent with runAs gets its user made and runs its commands as it',
 
 test('tar persistence restores the workspace into a new sandbox', async () => {
   const client = new CoveSandboxClient();
-  const first = track(await client.create({ manifest: manifest() }));
+  const withSecret = new Manifest({ entries: {
+    'README.md': file({ content: 'read me\n' }),
+    'secret.txt': file({ content: 'not kept\n', ephemeral: true }),
+  } });
+  const first = track(await client.create({ manifest: withSecret }));
+  assert.equal(await first.pathExists('secret.txt'), true);
   await first.execStream('mkdir -p src && echo tarred > src/a.txt');
   const tar = await first.persistWorkspace();
   assert.equal(decodeSnapshotRef(tar), undefined);
@@ -202,6 +207,7 @@ test('tar persistence restores the workspace into a new sandbox', async () => {
   await second.hydrateWorkspace(tar);
   assert.equal(text(await second.readFile({ path: 'src/a.txt' })), 'tarred\n');
   assert.equal(text(await second.readFile({ path: 'README.md' })), 'read me\n');
+  assert.equal(await second.pathExists('secret.txt'), false, 'an ephemeral entry is not persisted');
   await second.delete();
 });
 
