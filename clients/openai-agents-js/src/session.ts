@@ -521,16 +521,18 @@ export class CoveSandboxSession implements SandboxSession<CoveSandboxSessionStat
   /**
    * persistWorkspace saves the workspace: as a tar of the workspace root,
    * or, with workspacePersistence "snapshot", as a Cove snapshot on the
-   * server, returned as a small reference that hydrateWorkspace restores.
+   * server, returned as a small reference that hydrateWorkspace restores
+   * (a tar when the manifest has ephemeral entries).
    */
   async persistWorkspace(): Promise<Uint8Array> {
-    if (this.state.workspacePersistence === 'snapshot') {
+    // Ephemeral entries (credentials, caches) are not part of what is
+    // kept; a snapshot cannot leave them out, so a tar is made instead.
+    const ephemeral = [...this.state.manifest.ephemeralPersistencePaths()];
+    if (this.state.workspacePersistence === 'snapshot' && ephemeral.length === 0) {
       const sn = await this.api.json<CoveSnapshot>('POST', this.path('/snapshots'));
       return encodeSnapshotRef(sn.id);
     }
     const tar = await this.api.bytes('GET', this.path('/tar'), { query: { path: this.state.manifest.root } });
-    // Ephemeral entries (credentials, caches) are not part of what is kept.
-    const ephemeral = [...this.state.manifest.ephemeralPersistencePaths()];
     return ephemeral.length ? dropMembers(tar, (name) => ephemeral.some((p) => name === p || name.startsWith(`${p}/`))) : tar;
   }
 

@@ -230,6 +230,13 @@ test('snapshot persistence saves a Cove snapshot and restores it', async () => {
   await assert.rejects(api.json('GET', `/v1/sandboxes/${old}`), /not found/, 'the old sandbox is gone');
   await first.delete();
   await api.drop('DELETE', `/v1/snapshots/${sid}`);
+
+  // Ephemeral entries cannot be left out of a snapshot: a tar is made.
+  const eph = track(await client.create({ manifest: new Manifest({ entries: { 'token': file({ content: 't', ephemeral: true }) } }) }));
+  const saved = await eph.persistWorkspace();
+  assert.equal(decodeSnapshotRef(saved), undefined);
+  assert.equal((await api.json('GET', '/v1/snapshots')).snapshots.length, 0);
+  await eph.delete();
 });
 
 test('exec_command with tty=true opens a terminal that write_stdin drives', async () => {
