@@ -63,3 +63,13 @@ if ! cmp -s "$e2b_src/package-lock.json" "$e2b_dir/package-lock.json" || [ ! -d 
 	cp "$e2b_src/package.json" "$e2b_src/package-lock.json" "$e2b_dir/"
 	npm ci --prefix "$e2b_dir" --no-audit --no-fund --loglevel=error
 fi
+
+# The native Cove client for the JS Agents SDK (clients/openai-agents-js):
+# its pinned TypeScript and @openai/agents, from its lock file, in its own
+# git-ignored node_modules. server/agentsjs_client_test.go builds it (and
+# installs the same way when this has not run).
+client_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/clients/openai-agents-js"
+if ! cmp -s "$client_dir/package-lock.json" "$client_dir/node_modules/.cove-lock.json"; then
+	npm ci --prefix "$client_dir" --no-audit --no-fund --loglevel=error
+	cp "$client_dir/package-lock.json" "$client_dir/node_modules/.cove-lock.json"
+fi
