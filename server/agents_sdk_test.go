@@ -1,0 +1,167 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cove-sandbox/cove/agent/model/fake"
+)
+
+// agentsSDKDir is where scripts/deps.sh installs the pinned OpenAI Agents
+// SDK with its E2B client (COVE_AGENTS_SDK overrides it); "" with the
+// reason when it is missing.
+func agentsSDKDir(t testing.TB) (string, string) {
+	if _, why := e2bSDKDir(t); why != "" && !strings.Contains(why, "e2b npm package") {
+		return "", why // no node, or one too old
+	}
+	dir := os.Getenv("COVE_AGENTS_SDK")
+	if dir == "" {
+		dir, _ = filepath.Abs(filepath.Join("..", ".cache", "npm", "agents"))
+	}
+	for _, pkg := range []string{"@openai/agents", "@openai/agents-extensions", "e2b"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			return "", "the " + pkg + " npm package is not installed in " + dir + " (scripts/deps.sh installs it)"
+		}
+	}
+	return dir, ""
+}
+
+// tagRE finds the scenario tag, "[name]", in a user message.
+var tagRE = regexp.MustCompile(`\[([a-z0-9-]+)\]`)
+
+// agentModel is the fake model the Agents SDK talks to. Each prompt of
+// the scripts names a scenario ("[cmd] ..."); the answer to a request is
+// the scenario's turn at the number of tool outputs since that prompt, so
+// scripts and their runs need no shared order. A turn built by echo
+// answers with the last tool output, so a script can check what the tool
+// really did.
+func agentModel(t *testing.T, scenarios map[string][]step) *fake.Server {
+	return fake.NewServer(t, fake.Func(func(r *fake.Request) fake.Turn {
+		tag, step, last := conversation(r)
+		turns, ok := scenarios[tag]
+		if !ok || step >= len(turns) {
+			return fake.Error(500, fmt.Sprintf("fake model: no turn %d for scenario %q", step, tag))
+		}
+		return turns[step](last)
+	}).Forever())
+}
+
+// step is one answer of a scenario, given the last tool output.
+type step func(last string) fake.Turn
+
+// say answers with turn whatever the tool said.
+func say(turn fake.Turn) step { return func(string) fake.Turn { return turn } }
+
+// echo answers with the last tool output as text.
+func echo(last string) fake.Turn { return fake.Text("TOOL OUTPUT:\n" + last) }
+
+// conversation reads a Responses or Chat Completions request: the tag of
+// the last user message, how many tool outputs follow it and the last
+// one's text.
+func conversation(r *fake.Request) (tag string, step int, last string) {
+	var items []map[string]any
+	key := "input"
+	if r.API == "chat" {
+		key = "messages"
+	}
+	switch v := r.Body[key].(type) {
+	case string:
+		items = []map[string]any{{"role": "user", "content": v}}
+	case []any:
+		for _, it := range v {
+			if m, ok := it.(map[string]any); ok {
+				items = append(items, m)
+			}
+		}
+	}
+	for _, m := range items {
+		typ, _ := m["type"].(string)
+		switch {
+		case m["role"] == "user":
+			if sub := tagRE.FindStringSubmatch(text(m["content"])); sub != nil {
+				tag, step, last = sub[1], 0, ""
+			}
+		case m["role"] == "tool" || strings.HasSuffix(typ, "_call_output"):
+			step++
+			last = text(m["output"]) + text(m["content"])
+		}
+	}
+	return tag, step, last
+}
+
+// text is a message's or tool output's text: a string or text parts.
+func text(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []any:
+		var b strings.Builder
+		for _, p := range v {
+			if m, ok := p.(map[string]any); ok {
+				s, _ := m["text"].(string)
+				b.WriteString(s)
+			}
+		}
+		return b.String()
+	case map[string]any:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	return ""
+}
+
+// agentScenarios is what the fake model answers in each scenario the
+// scripts run, keyed by the tag in their prompts.
+var agentScenarios = map[string][]step{
+	"cmd": {say(fake.Call("exec_command", `{"cmd":"cat README.md; echo user=$(id -un) cwd=$(pwd)"}`)), echo},
+}
+
+// TestAgentsSDK runs the OpenAI Agents SDK (pinned in testdata/agents) as
+// its sandbox tutorial does, with the E2B sandbox client of
+// @openai/agents-extensions and nothing but E2B's and OpenAI's
+// environment variables pointing it at Cove and at a fake model, in both
+// routing modes.
+func TestAgentsSDK(t *testing.T) {
+	sdk, why := agentsSDKDir(t)
+	if sdk == "" {
+		t.Skip(why)
+	}
+	es := newE2BServer(t, Config{})
+	key := es.e2bKey(t, "agents")
+	model := agentModel(t, agentScenarios)
+	for _, mode := range []string{"domain", "header"} {
+		t.Run(mode, func(t *testing.T) {
+			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain,
+				"OPENAI_BASE_URL=" + model.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_AGENTS_DISABLE_TRACING=1"}
+			if mode == "header" {
+				env = append(env, "E2B_SANDBOX_URL="+es.URL)
+			}
+			out, err := es.agentsNode(t, sdk, env, "--test-reporter=spec", "--test-concurrency=1", "agents.test.mjs")
+			if err != nil {
+				t.Fatalf("node agents.test.mjs (%s routing): %v\n%s", mode, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+// agentsNode runs a script of testdata/agents with env added to the
+// test's own.
+func (es *e2bServer) agentsNode(t testing.TB, sdk string, env []string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Dir = filepath.Join("testdata", "agents")
+	cmd.Env = append(slices.Clone(os.Environ()), "COVE_AGENTS_SDK="+sdk, "NODE_EXTRA_CA_CERTS="+es.caFile, "E2B_API_URL="+es.URL)
+	cmd.Env = append(cmd.Env, env...)
+	return cmd.CombinedOutput()
+}
