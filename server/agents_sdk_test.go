@@ -93,6 +93,9 @@ func conversation(r *fake.Request) (tag string, step int, last string) {
 		case m["role"] == "tool" || strings.HasSuffix(typ, "_call_output"):
 			step++
 			last = text(m["output"]) + text(m["content"])
+			if last == "" { // apply_patch_call_output has a status only
+				last = fmt.Sprint("status: ", m["status"])
+			}
 		}
 	}
 	return tag, step, last
@@ -122,7 +125,39 @@ func text(v any) string {
 // agentScenarios is what the fake model answers in each scenario the
 // scripts run, keyed by the tag in their prompts.
 var agentScenarios = map[string][]step{
-	"cmd": {say(fake.Call("exec_command", `{"cmd":"cat README.md; echo user=$(id -un) cwd=$(pwd)"}`)), echo},
+	"cmd":   {say(fake.Call("exec_command", `{"cmd":"cat README.md; echo user=$(id -un) cwd=$(pwd)"}`)), echo},
+	"write": {say(fake.Call("exec_command", `{"cmd":"mkdir -p out && echo from-the-agent > out/result.txt && ls out"}`)), echo},
+	"read":  {say(fake.Call("exec_command", `{"cmd":"cat out/result.txt notes/todo.md"}`)), echo},
+	"patch": {patchCall("notes/todo.md", "@@\n first line\n-second line\n+second line, patched\n"), echo},
+	"pty": {
+		say(fake.Call("exec_command", `{"cmd":"read x; echo got-$x","tty":true,"yield_time_ms":500}`)),
+		func(last string) fake.Turn {
+			m := regexp.MustCompile(`session ID (\d+)`).FindStringSubmatch(last)
+			if m == nil {
+				return fake.Text("NO PTY SESSION:\n" + last)
+			}
+			return fake.Call("write_stdin", fmt.Sprintf(`{"session_id":%s,"chars":"hello\n","yield_time_ms":3000}`, m[1]))
+		},
+		echo,
+	},
+	"serve": {say(fake.Call("exec_command", `{"cmd":"mkdir -p site && echo served-by-cove > site/index.html && cd site && (setsid python3 -m http.server 8080 >/dev/null 2>&1 &) && echo started"}`)), echo},
+}
+
+// patchCall answers with the Responses API's apply_patch_call (the tool
+// the SDK declares as {"type":"apply_patch"}), as a plain JSON response:
+// the fake has no such output item, and the Runner does not stream.
+func patchCall(path, diff string) step {
+	return func(string) fake.Turn {
+		call := map[string]any{"type": "apply_patch_call", "id": "apc_1", "call_id": "call_patch_1", "status": "completed",
+			"operation": map[string]any{"type": "update_file", "path": path, "diff": diff}}
+		body, _ := json.Marshal(map[string]any{
+			"id": "resp_patch", "object": "response", "created_at": time.Now().Unix(), "status": "completed",
+			"model": "gpt-fake", "output": []any{call}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
+			"usage": map[string]any{"input_tokens": 10, "output_tokens": 10, "total_tokens": 20,
+				"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}},
+		})
+		return fake.Raw(200, "application/json", string(body))
+	}
 }
 
 // TestAgentsSDK runs the OpenAI Agents SDK (pinned in testdata/agents) as

@@ -51,12 +51,176 @@ after(async () => {
   for (const id of made) await e2b.Sandbox.kill(id).catch(() => {})
 })
 
+// eventually polls fn until it returns a truthy value, for at most
+// `seconds`; the last error or value is in the failure message.
+async function eventually(what, fn, seconds = 60) {
+  const end = Date.now() + seconds * 1000
+  let last
+  for (;;) {
+    try {
+      const v = await fn()
+      if (v) return v
+      last = v
+    } catch (err) {
+      last = err
+    }
+    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last})`)
+    await new Promise((r) => setTimeout(r, 200))
+  }
+}
+
+async function runningIDs() {
+  const ids = new Set()
+  const paginator = e2b.Sandbox.list({ query: { state: ['running', 'paused'] } })
+  while (paginator.hasNext) for (const info of await paginator.nextItems()) ids.add(info.sandboxId)
+  return ids
+}
+
+// open makes a developer-owned session, as the docs' "Own the sandbox
+// session lifecycle" does, and remembers its sandbox for cleanup.
+async function open(client, m = manifest()) {
+  const session = await client.create({ manifest: m })
+  made.add(session.state.sandboxId)
+  return session
+}
+
+// ask runs the agent on a live session and returns its final output.
+async function ask(session, prompt) {
+  const result = await new Runner({ workflowName: 'cove' }).run(agent(), prompt, { sandbox: { session } })
+  return result.finalOutput
+}
+
 describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
-  test('SDK-owned session: the tutorial run with the client default options', async () => {
+  test('SDK-owned session with the client default options: commands, then the sandbox is gone', async () => {
+    const before = await runningIDs()
     const runner = new Runner({ workflowName: 'cove', sandbox: { client: new E2BSandboxClient() } })
     const result = await runner.run(agent(), '[cmd] Summarize this workspace.')
     assert.match(result.finalOutput, /# Renewal Notes/)
-    assert.match(result.finalOutput, /user=\S+ cwd=\S+/)
-    console.log(result.finalOutput)
+    assert.match(result.finalOutput, /user=\S+ cwd=\/workspace/)
+    const left = [...(await runningIDs())].filter((id) => !before.has(id))
+    assert.deepEqual(left, [], 'the runner closes the sandbox it made')
+  })
+
+  test('SDK-owned session with pause-on-timeout and auto-resume (the Python client defaults)', async () => {
+    const client = new E2BSandboxClient({ onTimeout: 'pause', autoResume: true })
+    const result = await new Runner({ workflowName: 'cove', sandbox: { client } }).run(agent(), '[cmd] Summarize.')
+    assert.match(result.finalOutput, /# Renewal Notes/)
+  })
+
+  test('developer-owned session: follow-ups, apply_patch and a PTY on one live sandbox', async () => {
+    const session = await open(new E2BSandboxClient())
+    try {
+      assert.match(await ask(session, '[write] Write a result file.'), /result\.txt/)
+      assert.match(await ask(session, '[patch] Patch the todo list.'), /status: completed/)
+      const read = await ask(session, '[read] Show the files.')
+      assert.match(read, /from-the-agent/)
+      assert.match(read, /second line, patched/)
+      assert.match(await ask(session, '[pty] Answer the prompt.'), /got-hello/)
+    } finally {
+      await session.close()
+    }
+    await eventually('the sandbox is killed on close', async () => !(await runningIDs()).has(session.state.sandboxId))
+  })
+
+  test('tar persistence restores the workspace into a new sandbox', async () => {
+    const client = new E2BSandboxClient()
+    const first = await open(client)
+    let archive
+    try {
+      await ask(first, '[write] Write a result file.')
+      archive = await first.persistWorkspace()
+      assert.ok(archive.byteLength > 0)
+    } finally {
+      await first.close()
+    }
+    const second = await open(client, new Manifest())
+    try {
+      assert.notEqual(second.state.sandboxId, first.state.sandboxId)
+      await second.hydrateWorkspace(archive)
+      assert.match(await ask(second, '[read] Show the files.'), /from-the-agent[\s\S]*second line/)
+    } finally {
+      await second.close()
+    }
+  })
+
+  test('snapshot persistence (workspacePersistence: snapshot) restores into a new sandbox', async () => {
+    const client = new E2BSandboxClient({ workspacePersistence: 'snapshot' })
+    const first = await open(client)
+    let ref
+    try {
+      await ask(first, '[write] Write a result file.')
+      ref = await first.persistWorkspace()
+    } finally {
+      await first.close()
+    }
+    const second = await open(client, new Manifest())
+    try {
+      await second.hydrateWorkspace(ref)
+      made.add(second.state.sandboxId)
+      assert.notEqual(second.state.sandboxId, first.state.sandboxId)
+      assert.match(await ask(second, '[read] Show the files.'), /from-the-agent[\s\S]*second line/)
+    } finally {
+      await second.close()
+    }
+  })
+
+  test('serialized session state resumes the same live sandbox', async () => {
+    const client = new E2BSandboxClient()
+    const session = await open(client)
+    try {
+      await ask(session, '[write] Write a result file.')
+      const saved = JSON.stringify(await client.serializeSessionState(session.state))
+      const resumed = await client.resume(await client.deserializeSessionState(JSON.parse(saved)))
+      assert.equal(resumed.state.sandboxId, session.state.sandboxId)
+      assert.match(await ask(resumed, '[read] Show the files.'), /from-the-agent/)
+    } finally {
+      await session.close()
+    }
+  })
+
+  test('pauseOnExit: close pauses, resume from the saved state brings the workspace back', async () => {
+    const client = new E2BSandboxClient({ pauseOnExit: true })
+    const session = await open(client)
+    await ask(session, '[write] Write a result file.')
+    const saved = JSON.stringify(await client.serializeSessionState(session.state))
+    await session.close()
+    const info = await e2b.Sandbox.getInfo(session.state.sandboxId)
+    assert.equal(info.state, 'paused')
+    const resumed = await client.resume(await client.deserializeSessionState(JSON.parse(saved)))
+    try {
+      assert.equal(resumed.state.sandboxId, session.state.sandboxId)
+      assert.match(await ask(resumed, '[read] Show the files.'), /from-the-agent/)
+    } finally {
+      resumed.state.pauseOnExit = false
+      await resumed.close()
+    }
+  })
+
+  test('an exposed port resolves to an endpoint that reaches the server in the sandbox', async () => {
+    const session = await open(new E2BSandboxClient({ exposedPorts: [8080] }))
+    try {
+      assert.match(await ask(session, '[serve] Serve the site.'), /started/)
+      const ep = await session.resolveExposedPort(8080)
+      assert.ok(ep.host, `endpoint ${JSON.stringify(ep)}`)
+      const url = `${ep.tls ? 'https' : 'http'}://${ep.host}:${ep.port}/index.html`
+      const body = await eventually(`GET ${url}`, async () => {
+        const res = await fetch(url)
+        return res.ok && (await res.text())
+      })
+      assert.match(body, /served-by-cove/)
+    } finally {
+      await session.close()
+    }
+  })
+
+  test('a pause longer than the timeout, then the next run resumes the sandbox', async () => {
+    const session = await open(new E2BSandboxClient({ timeout: 5, onTimeout: 'pause', autoResume: true }))
+    try {
+      await ask(session, '[write] Write a result file.')
+      await eventually('the sandbox pauses at its timeout', async () => (await e2b.Sandbox.getInfo(session.state.sandboxId)).state === 'paused', 120)
+      assert.match(await ask(session, '[read] Show the files.'), /from-the-agent/)
+    } finally {
+      await session.close()
+    }
   })
 })
