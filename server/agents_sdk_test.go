@@ -51,18 +51,19 @@ func agentModel(t *testing.T, scenarios map[string][]step) *fake.Server {
 		if !ok || step >= len(turns) {
 			return fake.Error(500, fmt.Sprintf("fake model: no turn %d for scenario %q", step, tag))
 		}
-		return turns[step](last)
+		return turns[step](last, r.Stream())
 	}).Forever())
 }
 
-// step is one answer of a scenario, given the last tool output.
-type step func(last string) fake.Turn
+// step is one answer of a scenario, given the last tool output and
+// whether the request asked for a stream.
+type step func(last string, stream bool) fake.Turn
 
 // say answers with turn whatever the tool said.
-func say(turn fake.Turn) step { return func(string) fake.Turn { return turn } }
+func say(turn fake.Turn) step { return func(string, bool) fake.Turn { return turn } }
 
 // echo answers with the last tool output as text.
-func echo(last string) fake.Turn { return fake.Text("TOOL OUTPUT:\n" + last) }
+func echo(last string, _ bool) fake.Turn { return fake.Text("TOOL OUTPUT:\n" + last) }
 
 // conversation reads a Responses or Chat Completions request: the tag of
 // the last user message, how many tool outputs follow it and the last
@@ -93,7 +94,10 @@ func conversation(r *fake.Request) (tag string, step int, last string) {
 		case m["role"] == "tool" || strings.HasSuffix(typ, "_call_output"):
 			step++
 			last = text(m["output"]) + text(m["content"])
-			if last == "" { // apply_patch_call_output has a status only
+			if last == "" && m["output"] != nil { // an image
+				b, _ := json.Marshal(m["output"])
+				last = string(b)
+			} else if last == "" { // apply_patch_call_output has a status only
 				last = fmt.Sprint("status: ", m["status"])
 			}
 		}
@@ -131,7 +135,7 @@ var agentScenarios = map[string][]step{
 	"patch": {patchCall("notes/todo.md", "@@\n first line\n-second line\n+second line, patched\n"), echo},
 	"pty": {
 		say(fake.Call("exec_command", `{"cmd":"read x; echo got-$x","tty":true,"yield_time_ms":500}`)),
-		func(last string) fake.Turn {
+		func(last string, _ bool) fake.Turn {
 			m := regexp.MustCompile(`session ID (\d+)`).FindStringSubmatch(last)
 			if m == nil {
 				return fake.Text("NO PTY SESSION:\n" + last)
@@ -140,23 +144,58 @@ var agentScenarios = map[string][]step{
 		},
 		echo,
 	},
+	// The docs' first tutorial: read the task, patch, run the test.
+	"fix": {
+		say(fake.Call("exec_command", `{"cmd":"cat repo/task.md"}`)),
+		patchCall("repo/total.sh", "@@\n # total.sh SUBTOTAL TAX_PERCENT prints the invoice total in cents.\n-echo $(( $1 + $2 ))\n+echo $(( $1 + $1 * $2 / 100 ))\n"),
+		say(fake.Call("exec_command", `{"cmd":"sh test.sh","workdir":"repo"}`)),
+		echo,
+	},
+	"image": {
+		say(fake.Call("exec_command", `{"cmd":"printf %s `+onePixelPNG+` | base64 -d > pixel.png && echo ok"}`)),
+		say(fake.Call("view_image", `{"path":"pixel.png"}`)),
+		echo,
+	},
 	"serve": {say(fake.Call("exec_command", `{"cmd":"mkdir -p site && echo served-by-cove > site/index.html && cd site && (setsid python3 -m http.server 8080 >/dev/null 2>&1 &) && echo started"}`)), echo},
 }
 
+// onePixelPNG is a 1x1 PNG, base64.
+const onePixelPNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
 // patchCall answers with the Responses API's apply_patch_call (the tool
-// the SDK declares as {"type":"apply_patch"}), as a plain JSON response:
-// the fake has no such output item, and the Runner does not stream.
+// the SDK declares as {"type":"apply_patch"}), which the fake has no
+// output item for: as the JSON response or, when streamed, as the events
+// api.openai.com sends for an output item.
 func patchCall(path, diff string) step {
-	return func(string) fake.Turn {
+	return func(_ string, stream bool) fake.Turn {
 		call := map[string]any{"type": "apply_patch_call", "id": "apc_1", "call_id": "call_patch_1", "status": "completed",
 			"operation": map[string]any{"type": "update_file", "path": path, "diff": diff}}
-		body, _ := json.Marshal(map[string]any{
-			"id": "resp_patch", "object": "response", "created_at": time.Now().Unix(), "status": "completed",
-			"model": "gpt-fake", "output": []any{call}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
-			"usage": map[string]any{"input_tokens": 10, "output_tokens": 10, "total_tokens": 20,
-				"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}},
-		})
-		return fake.Raw(200, "application/json", string(body))
+		resp := func(status string, output []any) map[string]any {
+			r := map[string]any{"id": "resp_patch", "object": "response", "created_at": time.Now().Unix(), "status": status,
+				"model": "gpt-fake", "output": output, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{}}
+			if status == "completed" {
+				r["usage"] = map[string]any{"input_tokens": 10, "output_tokens": 10, "total_tokens": 20,
+					"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
+			}
+			return r
+		}
+		if !stream {
+			body, _ := json.Marshal(resp("completed", []any{call}))
+			return fake.Raw(200, "application/json", string(body))
+		}
+		var b strings.Builder
+		events := []map[string]any{
+			{"type": "response.created", "response": resp("in_progress", []any{})},
+			{"type": "response.output_item.added", "output_index": 0, "item": call},
+			{"type": "response.output_item.done", "output_index": 0, "item": call},
+			{"type": "response.completed", "response": resp("completed", []any{call})},
+		}
+		for i, e := range events {
+			e["sequence_number"] = i
+			data, _ := json.Marshal(e)
+			fmt.Fprintf(&b, "event: %s\ndata: %s\n\n", e["type"], data)
+		}
+		return fake.Raw(200, "text/event-stream", b.String())
 	}
 }
 

@@ -16,20 +16,26 @@
 // scripts; a model answer "TOOL OUTPUT:\n..." repeats what the last tool
 // call returned. Waits are bounded polls; nothing asserts on time.
 import assert from 'node:assert/strict'
+import path from 'node:path'
 import { after, describe, test } from 'node:test'
+import { fileURLToPath } from 'node:url'
 
 import { agents, e2b, e2bClient, sandbox } from './agents.mjs'
 
 const { Runner } = agents
-const { Manifest, SandboxAgent, Capabilities } = sandbox
+const { Manifest, SandboxAgent, Capabilities, localDir } = sandbox
 const { E2BSandboxClient } = e2bClient
 
 const mode = process.env.COVE_E2B_MODE
 
-// manifest is the tutorial's small workspace.
+const here = path.dirname(fileURLToPath(import.meta.url))
+
+// manifest is the tutorials' small workspace: files given inline and a
+// repository copied from this machine.
 function manifest() {
   return new Manifest({
     entries: {
+      repo: localDir({ src: path.join(here, 'repo') }),
       'README.md': { type: 'file', content: '# Renewal Notes\n\nA tiny account review packet.\n' },
       'notes/todo.md': { type: 'file', content: 'first line\nsecond line\n' },
     },
@@ -122,6 +128,32 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     await eventually('the sandbox is killed on close', async () => !(await runningIDs()).has(session.state.sandboxId))
   })
 
+  test('the docs tutorial: read the task, apply_patch the fix, run the targeted test (streamed)', async () => {
+    const session = await open(new E2BSandboxClient())
+    try {
+      const result = await new Runner({ workflowName: 'cove' }).run(agent(), '[fix] Open repo/task.md, fix the issue, run the test.', {
+        sandbox: { session },
+        stream: true,
+      })
+      let streamed = ''
+      for await (const chunk of result.toTextStream()) streamed += chunk
+      await result.completed
+      assert.match(result.finalOutput, /PASS total\.sh/)
+      assert.match(streamed, /PASS total\.sh/)
+    } finally {
+      await session.close()
+    }
+  })
+
+  test('view_image reads an image from the sandbox', async () => {
+    const session = await open(new E2BSandboxClient())
+    try {
+      assert.match(await ask(session, '[image] Look at the picture.'), /data:image\/png;base64,iVBORw0KGgo/)
+    } finally {
+      await session.close()
+    }
+  })
+
   test('tar persistence restores the workspace into a new sandbox', async () => {
     const client = new E2BSandboxClient()
     const first = await open(client)
@@ -203,13 +235,38 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
       const ep = await session.resolveExposedPort(8080)
       assert.ok(ep.host, `endpoint ${JSON.stringify(ep)}`)
       const url = `${ep.tls ? 'https' : 'http'}://${ep.host}:${ep.port}/index.html`
-      const body = await eventually(`GET ${url}`, async () => {
-        const res = await fetch(url)
+      const get = async (u) => {
+        const res = await fetch(u)
         return res.ok && (await res.text())
-      })
+      }
+      let body
+      try {
+        body = await eventually(`GET ${url}`, () => get(url), 30)
+      } catch (err) {
+        // Say whether the port is reached with the other scheme, so a
+        // failure tells a scheme mix-up from a routing one.
+        const other = `${ep.tls ? 'http' : 'https'}://${ep.host}:${ep.port}/index.html`
+        const alt = await get(other).catch((e) => `error ${e.cause?.code ?? e.message}`)
+        assert.fail(`${err.message}; endpoint ${JSON.stringify(ep)}; ${other} gives ${JSON.stringify(alt)}`)
+      }
       assert.match(body, /served-by-cove/)
     } finally {
       await session.close()
+    }
+  })
+
+  test('a pause longer than the timeout (onTimeout pause, no auto-resume), then resume from the saved state', async () => {
+    const client = new E2BSandboxClient({ timeout: 5, onTimeout: 'pause' })
+    const session = await open(client)
+    await ask(session, '[write] Write a result file.')
+    const saved = JSON.stringify(await client.serializeSessionState(session.state))
+    await eventually('the sandbox pauses at its timeout', async () => (await e2b.Sandbox.getInfo(session.state.sandboxId)).state === 'paused', 120)
+    const resumed = await client.resume(await client.deserializeSessionState(JSON.parse(saved)))
+    try {
+      assert.equal(resumed.state.sandboxId, session.state.sandboxId)
+      assert.match(await ask(resumed, '[read] Show the files.'), /from-the-agent/)
+    } finally {
+      await resumed.close()
     }
   })
 
