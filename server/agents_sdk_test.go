@@ -129,10 +129,11 @@ func text(v any) string {
 // agentScenarios is what the fake model answers in each scenario the
 // scripts run, keyed by the tag in their prompts.
 var agentScenarios = map[string][]step{
-	"cmd":   {say(fake.Call("exec_command", `{"cmd":"cat README.md; echo user=$(id -un) cwd=$(pwd)"}`)), echo},
-	"write": {say(fake.Call("exec_command", `{"cmd":"mkdir -p out && echo from-the-agent > out/result.txt && ls out"}`)), echo},
-	"read":  {say(fake.Call("exec_command", `{"cmd":"cat out/result.txt notes/todo.md"}`)), echo},
-	"patch": {patchCall("notes/todo.md", "@@\n first line\n-second line\n+second line, patched\n"), echo},
+	"cmd":    {say(fake.Call("exec_command", `{"cmd":"cat README.md; echo user=$(id -un) cwd=$(pwd) region=$INVOICE_REGION"}`)), echo},
+	"whoami": {say(fake.Call("exec_command", `{"cmd":"echo whoami=$(id -un) home=$HOME; touch mine && ls -l mine"}`)), echo},
+	"write":  {say(fake.Call("exec_command", `{"cmd":"mkdir -p out && echo from-the-agent > out/result.txt && ls out"}`)), echo},
+	"read":   {say(fake.Call("exec_command", `{"cmd":"cat out/result.txt notes/todo.md"}`)), echo},
+	"patch":  {patchCall("notes/todo.md", "@@\n first line\n-second line\n+second line, patched\n"), echo},
 	"pty": {
 		say(fake.Call("exec_command", `{"cmd":"read x; echo got-$x","tty":true,"yield_time_ms":500}`)),
 		func(last string, _ bool) fake.Turn {

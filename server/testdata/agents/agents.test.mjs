@@ -32,18 +32,21 @@ const here = path.dirname(fileURLToPath(import.meta.url))
 
 // manifest is the tutorials' small workspace: files given inline and a
 // repository copied from this machine.
-function manifest() {
+function manifest(extra = {}) {
   return new Manifest({
+    environment: { INVOICE_REGION: 'eu' },
     entries: {
       repo: localDir({ src: path.join(here, 'repo') }),
       'README.md': { type: 'file', content: '# Renewal Notes\n\nA tiny account review packet.\n' },
       'notes/todo.md': { type: 'file', content: 'first line\nsecond line\n' },
     },
+    ...extra,
   })
 }
 
-function agent(name = 'Cove sandbox assistant') {
+function agent(name = 'Cove sandbox assistant', extra = {}) {
   return new SandboxAgent({
+    ...extra,
     name,
     instructions: 'Inspect the sandbox workspace before answering.',
     defaultManifest: manifest(),
@@ -102,7 +105,7 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     const runner = new Runner({ workflowName: 'cove', sandbox: { client: new E2BSandboxClient() } })
     const result = await runner.run(agent(), '[cmd] Summarize this workspace.')
     assert.match(result.finalOutput, /# Renewal Notes/)
-    assert.match(result.finalOutput, /user=\S+ cwd=\/workspace/)
+    assert.match(result.finalOutput, /user=\S+ cwd=\/workspace region=eu/)
     const left = [...(await runningIDs())].filter((id) => !before.has(id))
     assert.deepEqual(left, [], 'the runner closes the sandbox it made')
   })
@@ -165,7 +168,7 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     } finally {
       await first.close()
     }
-    const second = await open(client, new Manifest())
+    const second = await open(client, manifest({ entries: {} }))
     try {
       assert.notEqual(second.state.sandboxId, first.state.sandboxId)
       await second.hydrateWorkspace(archive)
@@ -185,7 +188,7 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     } finally {
       await first.close()
     }
-    const second = await open(client, new Manifest())
+    const second = await open(client, manifest({ entries: {} }))
     try {
       await second.hydrateWorkspace(ref)
       made.add(second.state.sandboxId)
@@ -205,6 +208,44 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
       const resumed = await client.resume(await client.deserializeSessionState(JSON.parse(saved)))
       assert.equal(resumed.state.sandboxId, session.state.sandboxId)
       assert.match(await ask(resumed, '[read] Show the files.'), /from-the-agent/)
+    } finally {
+      await session.close()
+    }
+  })
+
+  test('a saved state whose sandbox is gone resumes into a new sandbox with the manifest', async () => {
+    const client = new E2BSandboxClient()
+    const session = await open(client)
+    const saved = JSON.stringify(await client.serializeSessionState(session.state))
+    await session.close()
+    const resumed = await client.resume(await client.deserializeSessionState(JSON.parse(saved)))
+    made.add(resumed.state.sandboxId)
+    try {
+      assert.notEqual(resumed.state.sandboxId, session.state.sandboxId)
+      assert.match(await ask(resumed, '[cmd] Summarize.'), /# Renewal Notes/)
+    } finally {
+      await resumed.close()
+    }
+  })
+
+  test('metadata and allowInternetAccess reach the sandbox', async () => {
+    const session = await open(new E2BSandboxClient({ metadata: { purpose: 'agents-test' }, allowInternetAccess: true }))
+    try {
+      const info = await e2b.Sandbox.getInfo(session.state.sandboxId)
+      assert.equal(info.metadata.purpose, 'agents-test')
+    } finally {
+      await session.close()
+    }
+  })
+
+  test('runAs root: the agent commands run as root', async () => {
+    const session = await open(new E2BSandboxClient())
+    try {
+      const result = await new Runner({ workflowName: 'cove' }).run(agent('root', { runAs: 'root' }), '[whoami] Who are you?', {
+        sandbox: { session },
+      })
+      assert.match(result.finalOutput, /whoami=root home=\/root/)
+      assert.match(result.finalOutput, /root\s+root\s+\d+ .* mine/)
     } finally {
       await session.close()
     }
