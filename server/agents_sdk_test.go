@@ -136,13 +136,15 @@ var agentScenarios = map[string][]step{
 	"patch":  {patchCall("notes/todo.md", "@@\n first line\n-second line\n+second line, patched\n"), echo},
 	"pty": {
 		say(fake.Call("exec_command", `{"cmd":"read x; echo got-$x","tty":true,"yield_time_ms":500}`)),
-		func(last string, _ bool) fake.Turn {
-			m := regexp.MustCompile(`session ID (\d+)`).FindStringSubmatch(last)
-			if m == nil {
-				return fake.Text("NO PTY SESSION:\n" + last)
-			}
-			return fake.Call("write_stdin", fmt.Sprintf(`{"session_id":%s,"chars":"hello\n","yield_time_ms":3000}`, m[1]))
-		},
+		ptyInput(`hello\n`),
+		echo,
+	},
+	// The shell capability's advice: interrupt a long command started
+	// with tty=true by sending Ctrl-C through write_stdin.
+	"interrupt": {
+		say(fake.Call("exec_command", `{"cmd":"sleep 600; echo not-interrupted","tty":true,"yield_time_ms":500}`)),
+		ptyInput(`\u0003`),
+		ptyInput(`echo alive-$((40+2))\n`),
 		echo,
 	},
 	// The docs' first tutorial: read the task, patch, run the test.
@@ -158,6 +160,18 @@ var agentScenarios = map[string][]step{
 		echo,
 	},
 	"serve": {say(fake.Call("exec_command", `{"cmd":"mkdir -p site && echo served-by-cove > site/index.html && cd site && (setsid python3 -m http.server 8080 >/dev/null 2>&1 &) && echo started"}`)), echo},
+}
+
+// ptyInput writes chars (JSON string content) to the PTY session the
+// last exec_command output named.
+func ptyInput(chars string) step {
+	return func(last string, _ bool) fake.Turn {
+		m := regexp.MustCompile(`session ID (\d+)`).FindStringSubmatch(last)
+		if m == nil {
+			return fake.Text("NO PTY SESSION:\n" + last)
+		}
+		return fake.Call("write_stdin", fmt.Sprintf(`{"session_id":%s,"chars":"%s","yield_time_ms":3000}`, m[1], chars))
+	}
 }
 
 // onePixelPNG is a 1x1 PNG, base64.

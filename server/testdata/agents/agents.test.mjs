@@ -125,6 +125,9 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
       assert.match(read, /from-the-agent/)
       assert.match(read, /second line, patched/)
       assert.match(await ask(session, '[pty] Answer the prompt.'), /got-hello/)
+      const interrupted = await ask(session, '[interrupt] Start a long job, then stop it.')
+      assert.match(interrupted, /alive-42/, 'the shell answers after Ctrl-C')
+      assert.doesNotMatch(interrupted, /not-interrupted/)
     } finally {
       await session.close()
     }
