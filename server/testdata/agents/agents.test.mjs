@@ -241,6 +241,15 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     }
   })
 
+  test('secure: false (no envd access token) still runs the agent', async () => {
+    const session = await open(new E2BSandboxClient({ secure: false }))
+    try {
+      assert.match(await ask(session, '[cmd] Summarize.'), /# Renewal Notes/)
+    } finally {
+      await session.close()
+    }
+  })
+
   test('runAs root: the agent commands run as root', async () => {
     const session = await open(new E2BSandboxClient())
     try {
