@@ -19,9 +19,13 @@ import (
 // agentsSDKDir is where scripts/deps.sh installs the pinned OpenAI Agents
 // SDK with its E2B client (COVE_AGENTS_SDK overrides it); "" with the
 // reason when it is missing.
-func agentsSDKDir(t testing.TB) (string, string) {
-	if _, why := e2bSDKDir(t); why != "" && !strings.Contains(why, "e2b npm package") {
-		return "", why // no node, or one too old
+func agentsSDKDir() (string, string) {
+	out, err := exec.Command("node", "--version").Output()
+	if err != nil {
+		return "", "node is not installed (scripts/deps.sh installs it)"
+	}
+	if m := regexp.MustCompile(`^v(\d+)\.(\d+)`).FindStringSubmatch(string(out)); m == nil || !nodeFits(m[1], m[2]) {
+		return "", fmt.Sprintf("node %s is too old for the e2b SDK (it needs 20.18.1 or later)", strings.TrimSpace(string(out)))
 	}
 	dir := os.Getenv("COVE_AGENTS_SDK")
 	if dir == "" {
@@ -220,7 +224,7 @@ func patchCall(path, diff string) step {
 // environment variables pointing it at Cove and at a fake model, in both
 // routing modes.
 func TestAgentsSDK(t *testing.T) {
-	sdk, why := agentsSDKDir(t)
+	sdk, why := agentsSDKDir()
 	if sdk == "" {
 		t.Skip(why)
 	}

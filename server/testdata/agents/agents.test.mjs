@@ -110,7 +110,7 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     assert.deepEqual(left, [], 'the runner closes the sandbox it made')
   })
 
-  test('SDK-owned session with pause-on-timeout and auto-resume (the Python client defaults)', async () => {
+  test('SDK-owned session with onTimeout pause and autoResume', async () => {
     const client = new E2BSandboxClient({ onTimeout: 'pause', autoResume: true })
     const result = await new Runner({ workflowName: 'cove', sandbox: { client } }).run(agent(), '[cmd] Summarize.')
     assert.match(result.finalOutput, /# Renewal Notes/)
