@@ -308,8 +308,10 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
     }
   })
 
+  // The timeout is short so the test waits little, long enough that a
+  // run after resuming (which sets the same timeout again) ends before it.
   test('a pause longer than the timeout (onTimeout pause, no auto-resume), then resume from the saved state', async () => {
-    const client = new E2BSandboxClient({ timeout: 5, onTimeout: 'pause' })
+    const client = new E2BSandboxClient({ timeout: 10, onTimeout: 'pause' })
     const session = await open(client)
     await ask(session, '[write] Write a result file.')
     const saved = JSON.stringify(await client.serializeSessionState(session.state))
@@ -324,7 +326,7 @@ describe(`Agents SDK through E2BSandboxClient (${mode} routing)`, () => {
   })
 
   test('a pause longer than the timeout, then the next run resumes the sandbox', async () => {
-    const session = await open(new E2BSandboxClient({ timeout: 5, onTimeout: 'pause', autoResume: true }))
+    const session = await open(new E2BSandboxClient({ timeout: 10, onTimeout: 'pause', autoResume: true }))
     try {
       await ask(session, '[write] Write a result file.')
       await eventually('the sandbox pauses at its timeout', async () => (await e2b.Sandbox.getInfo(session.state.sandboxId)).state === 'paused', 120)
