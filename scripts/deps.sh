@@ -73,3 +73,15 @@ if ! cmp -s "$client_dir/package-lock.json" "$client_dir/node_modules/.cove-lock
 	npm ci --prefix "$client_dir" --no-audit --no-fund --loglevel=error
 	cp "$client_dir/package-lock.json" "$client_dir/node_modules/.cove-lock.json"
 fi
+
+# The unmodified OpenAI Agents SDK (@openai/agents, and the E2B sandbox
+# client of @openai/agents-extensions with its e2b peer) that the Agents
+# SDK's test drives (server/agents_sdk_test.go), pinned by server/
+# testdata/agents' lock file, installed the same way.
+agents_src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/server/testdata/agents"
+agents_dir="$npm_dir/agents"
+if ! cmp -s "$agents_src/package-lock.json" "$agents_dir/package-lock.json" || [ ! -d "$agents_dir/node_modules/@openai/agents" ]; then
+	mkdir -p "$agents_dir"
+	cp "$agents_src/package.json" "$agents_src/package-lock.json" "$agents_dir/"
+	(cd "$agents_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
