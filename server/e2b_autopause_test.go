@@ -23,19 +23,6 @@ import (
 // the timeout that keeps the disk, traffic that resumes the sandbox once
 // however many requests come at once, and traffic that must not.
 
-// e2bCreate makes a sandbox through the E2B API with body's fields (and
-// templateID base), failing the test unless it is made.
-func (ts *testServer) e2bCreate(t *testing.T, key string, body map[string]any) e2bSandbox {
-	t.Helper()
-	body["templateID"] = "base"
-	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, body, nil)
-	var sb e2bSandbox
-	if resp.StatusCode != 201 || json.Unmarshal(data, &sb) != nil {
-		t.Fatalf("create %v: %d %s", body, resp.StatusCode, data)
-	}
-	return sb
-}
-
 // e2bInfo is GET /sandboxes/{id} as key's team sees it; the status when
 // it is not 200.
 func (ts *testServer) e2bInfo(t *testing.T, key, id string) (e2bDetail, int) {

@@ -369,7 +369,7 @@ func newE2BServer(t testing.TB, cfg Config) *e2bServer {
 	ts := newTestServer(t, cfg)
 	tlsCfg, caFile := testTLS(t, "cove.test")
 	hs := &http.Server{Handler: ts.Handler(), TLSConfig: tlsCfg}
-	go hs.Serve(tls.NewListener(l, tlsCfg))
+	go hs.Serve(ts.Server.ListenTLS(hs, l, tlsCfg))
 	t.Cleanup(func() { hs.Close() })
 	return &e2bServer{testServer: ts, domain: cfg.Domain, caFile: caFile}
 }

@@ -248,6 +248,9 @@ func (s *Server) Handler() http.Handler {
 			s.metrics.Request(r, rec.status, time.Since(start))
 			s.log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
 		}()
+		if s.plainRefused(rec, r) {
+			return
+		}
 		// E2B SDKs name the sandbox in headers when E2B_SANDBOX_URL
 		// points here (server/e2b).
 		if s.e2b.ServeByHeader(rec, r) {

@@ -63,7 +63,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		// h2 first: E2B's SDKs ask for HTTP/2 and multiplex their envd
 		// streams over one connection.
 		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-		l = tls.NewListener(l, hs.TLSConfig)
+		l = s.srv.ListenTLS(hs, l, hs.TLSConfig)
 	}
 	url := cfg.Server.BaseURL
 	log.Info("cove server listening", "addr", l.Addr().String(), "url", url, "web_ui", url+"/", "data", cfg.Server.DataDir)

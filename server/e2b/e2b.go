@@ -65,8 +65,9 @@ const (
 	// nothing it does not but file metadata, which the proxy refuses
 	// with a clear error (envd.go).
 	EnvdVersion = "0.6.3"
-	// envdPort is envd's port in host names and E2b-Sandbox-Port.
-	envdPort = 49983
+	// EnvdPort is envd's port in host names and E2b-Sandbox-Port.
+	EnvdPort = 49983
+	envdPort = EnvdPort
 	// clientID is the clientID field E2B's responses still carry.
 	clientID = "cove"
 )

@@ -6,7 +6,6 @@ package connlimit
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -122,13 +121,18 @@ func HTTPServer(h http.Handler, l net.Listener, lim Limits, log *slog.Logger) (*
 		// cancels the request's context). The handler sets progress
 		// deadlines instead.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if tc, ok := c.(*tls.Conn); ok {
-				c = tc.NetConn()
+			// TLS, and a listener that looked at the first bytes, wrap
+			// the counted connection.
+			for {
+				if lc, ok := c.(*limitedConn); ok {
+					return context.WithValue(ctx, connKey{}, lc)
+				}
+				u, ok := c.(interface{ NetConn() net.Conn })
+				if !ok {
+					return ctx
+				}
+				c = u.NetConn()
 			}
-			if lc, ok := c.(*limitedConn); ok {
-				ctx = context.WithValue(ctx, connKey{}, lc)
-			}
-			return ctx
 		},
 	}
 	return hs, cl
