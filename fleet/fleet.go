@@ -118,6 +118,9 @@ type Fleet struct {
 	sessMu   sync.Mutex
 	sessions map[string]cachedSession
 
+	// metrics keeps each sandbox's recent samples (metrics.go).
+	metrics metricRings
+
 	// createMu serialises quota checks with the creates they admit, and
 	// read-modify-writes of records, in this process (package doc).
 	createMu sync.Mutex
