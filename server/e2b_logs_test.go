@@ -4,9 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox/local"
 )
 
 // e2bLogEntry and e2bMetric are E2B's SandboxLogEntry and SandboxMetric
@@ -300,4 +305,154 @@ func TestE2BMetrics(t *testing.T) {
 			t.Errorf("/sandboxes/metrics gives a paused sandbox: %+v", got.Sandboxes)
 		}
 	})
+}
+
+// tenantLeaks are what no body a tenant gets may hold: hostLeaks and the
+// test server's own directory (its data, the runtime's sandboxes).
+func (ts *testServer) tenantLeaks(t *testing.T, what string, data []byte) {
+	t.Helper()
+	noHostDetail(t, what, data)
+	if strings.Contains(string(data), ts.dir) {
+		t.Errorf("%s shows the tenant the server's directory %s: %s", what, ts.dir, data)
+	}
+}
+
+// TestE2BErrorsHideHost is an attacker's try at host paths through
+// errors: bad templates, a full disk, a stopped sandbox whose disk the
+// host holds or lost, and a create that cannot start, through E2B's API
+// (control plane and envd), /v1, and the logs and metrics. Every answer
+// may say what failed, never where on the host.
+func TestE2BErrorsHideHost(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	key := ts.e2bKey(t, "leaks")
+	check := func(what string, resp *http.Response, data []byte) {
+		t.Helper()
+		t.Logf("%s: %d %s", what, resp.StatusCode, data)
+		ts.tenantLeaks(t, what, data)
+	}
+	call := func(method, path string, body any, hdr map[string]string) (int, string) {
+		t.Helper()
+		resp, data := ts.e2bCall(t, method, path, key, body, hdr)
+		check(method+" "+path, resp, data)
+		return resp.StatusCode, string(data)
+	}
+	want := func(what string, code int, body string, status int, text string) {
+		t.Helper()
+		if code != status || !strings.Contains(body, text) {
+			t.Errorf("%s: %d %s, want %d saying %q", what, code, body, status, text)
+		}
+	}
+
+	t.Run("bad templates", func(t *testing.T) {
+		for _, tmpl := range []string{"no-such", "../../../../etc", "/etc/passwd", "a/b", strings.Repeat("x", 300), "host\x00x", "."} {
+			call("POST", "/v2/sandboxes", map[string]any{"templateID": tmpl}, nil)
+			call("POST", "/v1/sandboxes", map[string]any{"template": tmpl}, nil)
+		}
+	})
+
+	t.Run("full disk", func(t *testing.T) {
+		var sb struct{ ID string }
+		ts.must(t, 201, "POST", "/v1/sandboxes", key, map[string]any{"disk_bytes": 16 << 20}, &sb)
+		defer ts.call(t, "DELETE", "/v1/sandboxes/"+sb.ID, key, nil)
+		ts.exec(t, key, sb.ID, "head -c 67108864 /dev/zero > fill; echo done")
+		big := strings.Repeat("x", 4<<20)
+		code, body := call("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=more", big, nil)
+		want("a write to a full disk", code, body, 429, "disk is full")
+		code, body = call("POST", "/v1/sandboxes/"+sb.ID+"/files/mkdir?path=d/e/f", nil, nil)
+		want("a mkdir on a full disk", code, body, 429, "disk is full")
+		call("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, nil)
+		call("POST", "/v1/sandboxes/"+sb.ID+"/fork", nil, nil)
+		var e2b e2bSandbox
+		resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+sb.ID+"/connect", key, map[string]any{"timeout": 300}, nil)
+		if json.Unmarshal(data, &e2b) != nil {
+			t.Fatalf("connect: %d %s", resp.StatusCode, data)
+		}
+		envd := map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983", "X-Access-Token": e2b.EnvdAccessToken, "Content-Type": "application/octet-stream"}
+		call("POST", "/files?path=/workspace/up", big, envd)
+		code, body = call("GET", "/sandboxes/"+sb.ID+"/metrics", nil, nil)
+		want("the metrics of a full disk", code, body, 200, `"diskUsed"`)
+		code, body = call("GET", "/v2/sandboxes/"+sb.ID+"/logs", nil, nil)
+		want("the logs of a full disk", code, body, 200, "process ended")
+		call("POST", "/v1/sandboxes/"+sb.ID+"/stop", nil, nil)
+		call("POST", "/v1/sandboxes/"+sb.ID+"/resume", nil, nil)
+	})
+
+	t.Run("stopped disk held or lost", func(t *testing.T) {
+		var sb struct{ ID string }
+		ts.must(t, 201, "POST", "/v1/sandboxes", key, map[string]any{}, &sb)
+		defer ts.call(t, "DELETE", "/v1/sandboxes/"+sb.ID, key, nil)
+		call("POST", "/sandboxes/"+sb.ID+"/pause", nil, nil)
+		image := filepath.Join(ts.dir, "sb", sb.ID, "disk", "disk.img")
+		if _, err := os.Stat(image); err != nil {
+			t.Skipf("no disk image to hold: %v", err)
+		}
+		// The host holds the image on a loop device of its own.
+		out, err := exec.Command("losetup", "-f", "--show", image).CombinedOutput()
+		if err != nil {
+			t.Skipf("losetup: %v %s", err, out)
+		}
+		dev := strings.TrimSpace(string(out))
+		defer exec.Command("losetup", "-d", dev).Run()
+		call("GET", "/sandboxes/"+sb.ID+"/metrics", nil, nil)
+		code, body := call("POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 60}, nil) // waits for the disk, then gives up
+		want("a resume of a disk the host holds", code, body, 503, "request id")
+		exec.Command("losetup", "-d", dev).Run()
+		// The image is gone.
+		if err := os.Rename(image, image+".gone"); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Rename(image+".gone", image)
+		code, body = call("GET", "/sandboxes/"+sb.ID+"/metrics", nil, nil)
+		want("the metrics of a lost disk", code, body, 503, "request id")
+		call("GET", "/sandboxes/metrics?sandbox_ids="+sb.ID, nil, nil)
+		code, body = call("GET", "/v2/sandboxes/"+sb.ID+"/logs", nil, nil)
+		want("the logs of a sandbox with a lost disk", code, body, 200, "sandbox stopped")
+		call("POST", "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 60}, nil)
+		call("POST", "/v1/sandboxes/"+sb.ID+"/resume", nil, nil)
+		code, body = call("POST", "/v1/sandboxes/"+sb.ID+"/fork", nil, nil)
+		want("a fork of a lost disk", code, body, 500, "request id")
+	})
+
+	t.Run("broken create", func(t *testing.T) {
+		dir := t.TempDir()
+		rt, err := local.New(local.Config{Dir: filepath.Join(dir, "sb"), InitCommand: []string{filepath.Join(dir, "no-such-init")},
+			Env: []string{"GORACE=atexit_sleep_ms=0"}})
+		if err != nil {
+			t.Skip(err)
+		}
+		broken := newTestServer(t, Config{Runtime: rt})
+		bkey := broken.e2bKey(t, "broken")
+		for _, path := range []string{"/v2/sandboxes", "/sandboxes", "/v1/sandboxes"} {
+			resp, data := broken.e2bCall(t, "POST", path, bkey, map[string]any{}, nil)
+			t.Logf("POST %s: %d %s", path, resp.StatusCode, data)
+			broken.tenantLeaks(t, "POST "+path, data)
+			if strings.Contains(string(data), dir) {
+				t.Errorf("POST %s names the runtime's directory: %s", path, data)
+			}
+		}
+	})
+}
+
+// TestE2BLogsSDK runs testdata/e2b/logs.test.mjs: getMetrics and the
+// logs through the unmodified E2B JS SDK, in both routing modes.
+func TestE2BLogsSDK(t *testing.T) {
+	sdk, why := e2bSDKDir(t)
+	if sdk == "" {
+		t.Skip(why)
+	}
+	es := newE2BServer(t, Config{})
+	key := es.e2bKey(t, "logs-sdk")
+	for _, mode := range []string{"domain", "header"} {
+		t.Run(mode, func(t *testing.T) {
+			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}
+			if mode == "header" {
+				env = append(env, "E2B_SANDBOX_URL="+es.URL)
+			}
+			out, err := es.node(t, sdk, env, "--test-reporter=spec", "logs.test.mjs")
+			if err != nil {
+				t.Fatalf("node logs.test.mjs (%s routing): %v\n%s", mode, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -26,7 +27,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 	out := sandbox.Stats{At: time.Now().UTC()}
 	d, err := disk.Open(filepath.Join(r.dir(id), "disk"))
 	if err != nil {
-		return out, fmt.Errorf("measuring sandbox %q: %w", id, err)
+		return out, fmt.Errorf("measuring sandbox %q: %w", id, hostFault(err))
 	}
 	if st.Info.State == sandbox.StateRunning {
 		if view := host.DiskView(st.ShimPID); view != "" {
@@ -60,3 +61,10 @@ func (r *Runtime) cgroupStats(id string, st *state, out *sandbox.Stats) error {
 	out.CPUTime, out.MemoryBytes, out.MemoryCache = cs.CPUUsage, cs.MemoryBytes, cs.MemoryCache
 	return nil
 }
+
+// hostFault is err, which is the host's fault (a sandbox's disk gone from
+// its directory), without the sentinels it wraps: a disk the host lost
+// is not the tenant's "not found" or "invalid", and an error with no
+// sentinel reaches a tenant as an internal error with a request id, its
+// detail (host paths) in the server's log only.
+func hostFault(err error) error { return errors.New(err.Error()) }
