@@ -49,8 +49,9 @@ type Sample struct {
 	MemUsed, MemCache, MemTotal int64
 	// DiskUsed and DiskTotal are its own disk's bytes in use and size.
 	DiskUsed, DiskTotal int64
-	// cpuTime is the sandbox's CPU time at At.
+	// cpuTime is the sandbox's CPU time at At; running, whether it ran.
 	cpuTime time.Duration
+	running bool
 }
 
 // metricRing is one sandbox's samples since it last started.
@@ -129,7 +130,14 @@ func (f *Fleet) sample(ctx context.Context, rec store.Sandbox) ([]Sample, error)
 		r = &metricRing{started: rec.StartedAt}
 		mr.rings[rec.ID] = r
 	}
-	fresh := len(r.samples) > 0 && now.Sub(r.samples[len(r.samples)-1].At) < MetricsMinGap
+	// A sample of the same state under MetricsMinGap old is the answer;
+	// one from before a stop is not.
+	running := rec.State == store.StateRunning
+	fresh := false
+	if n := len(r.samples); n > 0 {
+		last := r.samples[n-1]
+		fresh = last.running == running && now.Sub(last.At) < MetricsMinGap
+	}
 	mr.mu.Unlock()
 	if !fresh {
 		st, err := sr.Stats(ctx, rec.ID)
@@ -161,7 +169,7 @@ func (r *metricRing) add(rec store.Sandbox, st sandbox.Stats, now time.Time) {
 	s := Sample{
 		At: st.At, CPUCount: max(1, int(math.Ceil(cpus))),
 		MemUsed: max(0, st.MemoryBytes-st.MemoryCache), MemCache: st.MemoryCache, MemTotal: rec.Spec.Limits.MemoryBytes,
-		DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal, cpuTime: st.CPUTime,
+		DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal, cpuTime: st.CPUTime, running: rec.State == store.StateRunning,
 	}
 	prevAt, prevCPU := rec.StartedAt, time.Duration(0)
 	if n := len(r.samples); n > 0 {

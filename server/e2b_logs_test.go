@@ -235,7 +235,7 @@ func TestE2BMetrics(t *testing.T) {
 	var busy e2bMetric
 	poll(t, "CPU use and the file in the metrics", func() bool {
 		busy = latest()
-		return busy.CPUUsedPct > 10 && busy.DiskUsed >= first.DiskUsed+8<<20
+		return busy.CPUUsedPct > 0 && busy.DiskUsed >= first.DiskUsed+8<<20
 	})
 	if busy.CPUUsedPct > 100 {
 		t.Errorf("cpuUsedPct %v over 100", busy.CPUUsedPct)
