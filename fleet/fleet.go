@@ -23,7 +23,10 @@
 //     latest); sandboxes with a stream open here are touched at every
 //     flush, so a peer's lifecycle loop sees them in use;
 //   - bytes through this process per sandbox (traffic), which this
-//     process's lifecycle loop meters.
+//     process's lifecycle loop meters;
+//   - the samples of each sandbox's use taken here when asked
+//     (metrics.go), a measurement rather than a copy of a record: each
+//     replica answers with its own.
 //
 // Two things are serialised by createMu, a mutex of this process only:
 // a quota check with the create it admits, and each read-modify-write
@@ -117,6 +120,9 @@ type Fleet struct {
 	// request would dial the daemon each time).
 	sessMu   sync.Mutex
 	sessions map[string]cachedSession
+
+	// metrics keeps each sandbox's recent samples (metrics.go).
+	metrics metricRings
 
 	// createMu serialises quota checks with the creates they admit, and
 	// read-modify-writes of records, in this process (package doc).

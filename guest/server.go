@@ -36,6 +36,7 @@ import (
 	"github.com/cove-sandbox/cove/guest/gen/filesystem/filesystemconnect"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
 	"github.com/cove-sandbox/cove/guest/internal/fsys"
+	"github.com/cove-sandbox/cove/guest/internal/journal"
 	"github.com/cove-sandbox/cove/guest/internal/procs"
 	"github.com/cove-sandbox/cove/guest/internal/sudo"
 	"github.com/cove-sandbox/cove/guest/internal/wire"
@@ -91,6 +92,8 @@ type Server struct {
 	log   *slog.Logger
 	procs *procs.Manager
 	fs    *fsys.Service
+	// journal is the daemon's own log for the sandbox's owner (logs.go).
+	journal *journal.Journal
 
 	// envMu guards env: Config.Env plus what POST /init added.
 	envMu sync.RWMutex
@@ -127,16 +130,17 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Spawn == nil {
 		cfg.Spawn = (*exec.Cmd).Start
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, env: map[string]string{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, env: map[string]string{}, journal: journal.New()}
 	for k, v := range cfg.Env {
 		s.env[k] = v
 	}
 	s.fs = fsys.New(fsys.Config{Root: cfg.Root, Workdir: cfg.Workdir, User: cfg.User, KeepAlive: cfg.KeepAlive, Logger: cfg.Logger})
 	s.procs = procs.New(procs.Config{
 		Workdir: cfg.Workdir, KeepAlive: cfg.KeepAlive, OutputBuffer: cfg.OutputBuffer, Reap: cfg.Reap,
-		OOMCounter: cfg.OOMCounter, Spawn: cfg.Spawn, FS: s.fs, Env: s.copyEnv,
+		OOMCounter: cfg.OOMCounter, Spawn: cfg.Spawn, FS: s.fs, Env: s.copyEnv, Journal: s.journal,
 	})
 	s.sudo = s.newSudo()
+	s.journal.Add("info", "sandbox daemon started", "workdir", cfg.Workdir)
 	return s, nil
 }
 
@@ -159,6 +163,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /cove/tar", s.requireToken(http.HandlerFunc(s.fs.TarUpload)))
 	mux.Handle("POST /cove/detach", s.requireToken(http.HandlerFunc(s.procs.DetachStream)))
 	mux.Handle("GET /cove/port/{port}", s.requireToken(http.HandlerFunc(s.tunnel)))
+	mux.Handle("GET /cove/logs", s.requireToken(http.HandlerFunc(s.logs)))
 	return fsys.WithConfine(s.withSudo(mux))
 }
 

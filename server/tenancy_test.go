@@ -158,6 +158,8 @@ func TestTenancyE2B(t *testing.T) {
 	}{
 		{"GET", "/sandboxes/{id}", nil},
 		{"GET", "/sandboxes/{id}/metrics", nil},
+		{"GET", "/sandboxes/{id}/logs", nil},
+		{"GET", "/v2/sandboxes/{id}/logs", nil},
 		{"POST", "/sandboxes/{id}/timeout", map[string]any{"timeout": 1}},
 		{"POST", "/sandboxes/{id}/refreshes", map[string]any{"duration": 1}},
 		{"POST", "/sandboxes/{id}/connect", map[string]any{"timeout": 1}},

@@ -47,7 +47,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	srcDisk, err := disk.Open(filepath.Join(r.dir(id), "disk"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+		return nil, fmt.Errorf("forking sandbox %q: %w", id, hostFault(err))
 	}
 	// A running sandbox's disk is mounted only in its supervisor's mount
 	// namespace: reach it there, so it is frozen for the copy and the copy

@@ -360,6 +360,11 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 // or owns a sandbox no one else knows yet.
 func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest.Client, *state, error) {
 	dir := r.dir(id)
+	// Each run adds at most sbutil.MaxRunLog of pid 1's lines; the file
+	// keeps a few runs' worth.
+	if err := sbutil.TrimLog(filepath.Join(dir, "sandbox.log"), 4*sbutil.MaxRunLog, sbutil.MaxRunLog); err != nil {
+		r.log.Warn("trimming a sandbox's host log", "sandbox", id, "err", err)
+	}
 	logf, err := os.OpenFile(filepath.Join(dir, "sandbox.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, nil, err

@@ -135,6 +135,9 @@ func (s *API) Routes(mux *http.ServeMux) {
 	h("POST /v2/sandboxes/{sandboxID}/connect", s.connect)
 	h("GET /sandboxes/{sandboxID}/metrics", s.sandboxMetrics)
 	s.snapshotRoutes(h)
+	h("GET /sandboxes/metrics", s.metricsOf)
+	h("GET /sandboxes/{sandboxID}/logs", s.logsV1)
+	h("GET /v2/sandboxes/{sandboxID}/logs", s.logsV2)
 }
 
 // errorBody is E2B's error body.

@@ -305,15 +305,6 @@ func (s *API) connect(w http.ResponseWriter, r *http.Request, c *caller) {
 	web.WriteJSON(w, status, s.sandboxView(r, rec, envd, traffic))
 }
 
-// sandboxMetrics serves GET /sandboxes/{id}/metrics. Cove does not sample a
-// sandbox's use yet, so the list is empty, as E2B's is before its first
-// sample.
-func (s *API) sandboxMetrics(w http.ResponseWriter, r *http.Request, c *caller) {
-	if _, ok := s.record(w, r, c); ok {
-		web.WriteJSON(w, http.StatusOK, []any{})
-	}
-}
-
 // listQuery is what GET /v2/sandboxes filters by.
 type listQuery struct {
 	filter       store.SandboxFilter

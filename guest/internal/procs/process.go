@@ -28,6 +28,7 @@ import (
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
 	"github.com/cove-sandbox/cove/guest/internal/fsys"
+	"github.com/cove-sandbox/cove/guest/internal/journal"
 	"github.com/cove-sandbox/cove/guest/internal/wire"
 	"github.com/cove-sandbox/cove/sandbox"
 )
@@ -83,6 +84,8 @@ type Config struct {
 	// Env copies the daemon's environment for processes (its
 	// configuration plus envd's /init) into env.
 	Env func(env map[string]string)
+	// Journal, when set, gets a line for every process start and end.
+	Journal *journal.Journal
 }
 
 // Manager implements the process service: it starts processes, keeps
@@ -196,8 +199,10 @@ func (m *Manager) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	}
 	p, err := m.start(ctx, req.Msg, user)
 	if err != nil {
+		m.logStartFailed(req.Msg.GetProcess(), err)
 		return wire.ConnectError(err)
 	}
+	m.logStarted(p, user)
 	if deadline, ok := ctx.Deadline(); ok {
 		m.killAt(p, deadline)
 	}
@@ -611,6 +616,7 @@ func (m *Manager) run(p *proc, cmd *exec.Cmd, readers []outReader, wait func() e
 		msg := fmt.Sprintf("%d bytes of output were dropped while no client was attached (the daemon keeps at most the last %d bytes per process)", n, m.cfg.OutputBuffer)
 		end.Error = &msg
 	}
+	m.logEnded(p, end)
 	p.mu.Lock()
 	p.end = end
 	if p.stdin != nil {

@@ -540,6 +540,9 @@ func (g *Group) Add(pid int) error {
 type Stats struct {
 	// MemoryBytes is the memory charged now, page cache included.
 	MemoryBytes int64
+	// MemoryCache is the page cache part of MemoryBytes (file-backed
+	// pages, which the kernel can take back under pressure).
+	MemoryCache int64
 	// MemoryPeak is the highest MemoryBytes since the group was made; 0
 	// where the kernel does not say (v2 before Linux 5.19).
 	MemoryPeak int64

@@ -199,6 +199,7 @@ func (g *Group) statsV1() (Stats, error) {
 	if m.Memory != nil && m.Memory.Usage != nil {
 		s.MemoryBytes = int64(m.Memory.Usage.Usage)
 		s.MemoryPeak = int64(m.Memory.Usage.Max)
+		s.MemoryCache = int64(m.Memory.TotalCache)
 	}
 	if m.MemoryOomControl != nil {
 		s.OOMKills = int64(m.MemoryOomControl.OomKill)

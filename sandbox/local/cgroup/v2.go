@@ -205,6 +205,7 @@ func (g *Group) statsV2() (Stats, error) {
 	if m.Memory != nil {
 		s.MemoryBytes = int64(m.Memory.Usage)
 		s.MemoryPeak = int64(m.Memory.MaxUsage)
+		s.MemoryCache = int64(m.Memory.File)
 	}
 	if m.MemoryEvents != nil {
 		s.OOMKills = int64(m.MemoryEvents.OomKill)

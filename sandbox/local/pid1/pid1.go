@@ -38,7 +38,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) != 2 || args[0] != "--dir" {
 		return errors.New("usage: cove local-init --dir DIR (started by the supervisor, not by hand)")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// Its log is the sandbox's host log, and some of its lines follow
+	// what a tenant does: bounded per run (see sbutil.CapWriter).
+	log := slog.New(slog.NewTextHandler(sbutil.CapWriter(stderr, sbutil.MaxRunLog), nil))
 	cfg, err := sbdir.ReadInit(args[1])
 	if err != nil {
 		return err

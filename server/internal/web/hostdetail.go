@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/cove-sandbox/cove/api"
@@ -22,9 +23,14 @@ var hostMarkers = []string{
 	"level=DEBUG", "level=INFO", "level=WARN", "level=ERROR",
 }
 
+// sandboxDir matches a path into a local sandbox's state directory on
+// the host (DIR/sb-ID/disk, .../state.json, ...), wherever the operator
+// put the runtime's directory.
+var sandboxDir = regexp.MustCompile(`/sb-[0-9a-f]{12}/(disk|rootfs|state\.json|init\.json|lock)\b`)
+
 // HostDetail reports whether msg holds something of the host's.
 func (e *Errors) HostDetail(msg string) bool {
-	if containsPath(msg, e.DataDir) {
+	if containsPath(msg, e.DataDir) || sandboxDir.MatchString(msg) {
 		return true
 	}
 	for _, m := range hostMarkers {

@@ -1,0 +1,46 @@
+package procs
+
+import (
+	"strconv"
+	"strings"
+
+	pb "github.com/cove-sandbox/cove/guest/gen/process"
+	"github.com/cove-sandbox/cove/guest/internal/fsys"
+)
+
+// The process lines of the daemon's journal (Config.Journal): what
+// started, as whom and where, and how it ended. Environment variables
+// are never logged: they carry the sandbox's secrets.
+
+// commandLine is cfg's command and arguments as one line (each field is
+// cut to journal.MaxField by the journal).
+func commandLine(cfg *pb.ProcessConfig) string {
+	return strings.Join(append([]string{cfg.GetCmd()}, cfg.GetArgs()...), " ")
+}
+
+func (m *Manager) logStarted(p *proc, user *fsys.User) {
+	kv := []string{"pid", strconv.Itoa(p.pid), "cmd", commandLine(p.config)}
+	if p.tag != "" {
+		kv = append(kv, "tag", p.tag)
+	}
+	if user != nil {
+		kv = append(kv, "user", user.Name)
+	}
+	if cwd := p.config.GetCwd(); cwd != "" {
+		kv = append(kv, "cwd", cwd)
+	}
+	m.cfg.Journal.Add("info", "process started", kv...)
+}
+
+func (m *Manager) logStartFailed(cfg *pb.ProcessConfig, err error) {
+	m.cfg.Journal.Add("warn", "process failed to start", "cmd", commandLine(cfg), "error", err.Error())
+}
+
+func (m *Manager) logEnded(p *proc, end *pb.ProcessEvent_EndEvent) {
+	level := "info"
+	if !end.GetExited() || end.GetExitCode() != 0 {
+		level = "warn"
+	}
+	m.cfg.Journal.Add(level, "process ended", "pid", strconv.Itoa(p.pid), "cmd", commandLine(p.config),
+		"exit_code", strconv.Itoa(int(end.GetExitCode())), "status", end.GetStatus())
+}
