@@ -368,7 +368,8 @@ func TestE2BErrorsHideHost(t *testing.T) {
 			t.Fatalf("connect: %d %s", resp.StatusCode, data)
 		}
 		envd := map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983", "X-Access-Token": e2b.EnvdAccessToken, "Content-Type": "application/octet-stream"}
-		call("POST", "/files?path=/workspace/up", big, envd)
+		code, body = call("POST", "/files?path=/workspace/up", big, envd)
+		want("an envd upload to a full disk", code, body, 507, "")
 		code, body = call("GET", "/sandboxes/"+sb.ID+"/metrics", nil, nil)
 		want("the metrics of a full disk", code, body, 200, `"diskUsed"`)
 		code, body = call("GET", "/v2/sandboxes/"+sb.ID+"/logs", nil, nil)

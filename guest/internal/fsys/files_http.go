@@ -174,7 +174,7 @@ func (f *Service) Upload(w http.ResponseWriter, r *http.Request) {
 		}
 		e, err := f.writeFile(ctx, q.Get("path"), body, opts)
 		if err != nil {
-			f.httpError(w, err)
+			f.failUpload(w, body, err)
 			return
 		}
 		entries = append(entries, e)
@@ -185,7 +185,7 @@ func (f *Service) Upload(w http.ResponseWriter, r *http.Request) {
 		}
 		entries, err = f.uploadParts(ctx, multipart.NewReader(body, params["boundary"]), q, opts)
 		if err != nil {
-			f.httpError(w, err)
+			f.failUpload(w, body, err)
 			return
 		}
 	default:
@@ -198,6 +198,20 @@ func (f *Service) Upload(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	json.NewEncoder(w).Encode(entries)
+}
+
+// uploadDrain bounds what a failed upload reads of the rest of its body.
+const uploadDrain = 1 << 30
+
+// failUpload answers an upload that failed part-way (a full disk, a bad
+// path in a later part) with its error, after reading what is left of the
+// body (up to uploadDrain): a server that answers and closes while the
+// client is still sending resets the connection, and the client (or the
+// server's proxy in front) loses the answer and sees only a broken
+// connection instead of, say, E2B's 507 for a full disk.
+func (f *Service) failUpload(w http.ResponseWriter, body io.Reader, err error) {
+	io.Copy(io.Discard, io.LimitReader(body, uploadDrain))
+	f.httpError(w, err)
 }
 
 // uploadParts writes every "file" part of a multipart body; other fields
