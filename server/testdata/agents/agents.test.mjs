@@ -21,6 +21,7 @@ import { after, describe, test } from 'node:test'
 import { fileURLToPath } from 'node:url'
 
 import { agents, e2b, e2bClient, sandbox } from './agents.mjs'
+import { eventually } from '../e2b/wait.mjs'
 
 const { Runner } = agents
 const { Manifest, SandboxAgent, Capabilities, localDir } = sandbox
@@ -59,24 +60,6 @@ const made = new Set()
 after(async () => {
   for (const id of made) await e2b.Sandbox.kill(id).catch(() => {})
 })
-
-// eventually polls fn until it returns a truthy value, for at most
-// `seconds`; the last error or value is in the failure message.
-async function eventually(what, fn, seconds = 60) {
-  const end = Date.now() + seconds * 1000
-  let last
-  for (;;) {
-    try {
-      const v = await fn()
-      if (v) return v
-      last = v
-    } catch (err) {
-      last = err
-    }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last})`)
-    await new Promise((r) => setTimeout(r, 200))
-  }
-}
 
 async function runningIDs() {
   const ids = new Set()

@@ -13,32 +13,10 @@ import crypto from 'node:crypto'
 import { after, describe, test } from 'node:test'
 
 import e2b from './e2b.mjs'
+import { eventually, portFetch } from './wait.mjs'
 
 const mode = process.env.COVE_E2B_MODE
 const { Sandbox, SandboxNotFoundError, TimeoutError } = e2b
-
-async function eventually(what, fn, seconds = 60) {
-  const end = Date.now() + seconds * 1000
-  let last
-  for (;;) {
-    try {
-      const v = await fn()
-      if (v) return v
-      last = v
-    } catch (err) {
-      last = err
-    }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last})`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
-
-function portFetch(sbx, port, urlPath) {
-  if (mode === 'domain') return fetch(`https://${sbx.getHost(port)}${urlPath}`)
-  return fetch(`${process.env.E2B_SANDBOX_URL}${urlPath}`, {
-    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(port) },
-  })
-}
 
 const runID = crypto.randomBytes(4).toString('hex')
 const made = []

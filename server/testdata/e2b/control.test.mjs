@@ -13,6 +13,7 @@ import crypto from 'node:crypto'
 import { after, describe, test } from 'node:test'
 
 import e2b from './e2b.mjs'
+import { eventually } from './wait.mjs'
 
 const { Sandbox } = e2b
 const mode = process.env.COVE_E2B_MODE
@@ -27,22 +28,6 @@ function keep(sbx) {
 after(async () => {
   for (const sbx of made) await sbx.kill().catch(() => {})
 })
-
-async function eventually(what, fn, seconds = 30) {
-  const end = Date.now() + seconds * 1000
-  let last
-  for (;;) {
-    try {
-      const v = await fn()
-      if (v) return v
-      last = v
-    } catch (err) {
-      last = err
-    }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last})`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
 
 // root is the sandbox's workspace root, what a snapshot keeps (Cove's own
 // API says it; the E2B API has no word for it).

@@ -12,27 +12,10 @@ import crypto from 'node:crypto'
 import { after, before, describe, test } from 'node:test'
 
 import e2b from './e2b.mjs'
+import { eventually } from './wait.mjs'
 
 const mode = process.env.COVE_E2B_MODE
 const { Sandbox, TimeoutError } = e2b
-
-// eventually polls fn until it returns a truthy value, for at most
-// `seconds`; the last error or value is in the failure message.
-async function eventually(what, fn, seconds = 30) {
-  const end = Date.now() + seconds * 1000
-  let last
-  for (;;) {
-    try {
-      const v = await fn()
-      if (v) return v
-      last = v
-    } catch (err) {
-      last = err
-    }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
 
 const runID = crypto.randomBytes(4).toString('hex')
 

@@ -8,27 +8,10 @@ import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 
 import e2b from './e2b.mjs'
+import { eventually } from './wait.mjs'
 
 const mode = process.env.COVE_E2B_MODE
 const { Sandbox, ApiClient, ConnectionConfig, SandboxNotFoundError } = e2b
-
-// eventually polls fn until it returns a truthy value, for at most
-// `seconds`; the last error or value is in the failure message.
-async function eventually(what, fn, seconds = 60) {
-  const end = Date.now() + seconds * 1000
-  let last
-  for (;;) {
-    try {
-      const v = await fn()
-      if (v) return v
-      last = v
-    } catch (err) {
-      last = err
-    }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${JSON.stringify(last) ?? last})`)
-    await new Promise((r) => setTimeout(r, 250))
-  }
-}
 
 const api = new ApiClient(new ConnectionConfig({}))
 

@@ -15,6 +15,7 @@ import crypto from 'node:crypto'
 import { after, before, describe, test } from 'node:test'
 
 import e2b from './e2b.mjs'
+import { eventually, portFetch } from './wait.mjs'
 
 const mode = process.env.COVE_E2B_MODE
 const {
@@ -26,32 +27,6 @@ const {
   TimeoutError,
   InvalidArgumentError,
 } = e2b
-
-// eventually polls fn until it returns a truthy value, for at most
-// `seconds`; the last error or value is in the failure message.
-async function eventually(what, fn, seconds = 30) {
-  const end = Date.now() + seconds * 1000
-  let last
-  for (;;) {
-    try {
-      const v = await fn()
-      if (v) return v
-      last = v
-    } catch (err) {
-      last = err
-    }
-    if (Date.now() > end) assert.fail(`${what}: not within ${seconds}s (last: ${last})`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
-
-// portFetch fetches path from a port of a sandbox, the way each mode
-// reaches ports.
-function portFetch(sbx, port, urlPath, init = {}) {
-  if (mode === 'domain') return fetch(`https://${sbx.getHost(port)}${urlPath}`, init)
-  const headers = { ...(init.headers ?? {}), 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(port) }
-  return fetch(`${process.env.E2B_SANDBOX_URL}${urlPath}`, { ...init, headers })
-}
 
 const runID = crypto.randomBytes(4).toString('hex')
 const made = []
