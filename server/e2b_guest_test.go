@@ -32,19 +32,7 @@ func TestE2BGuestSDK(t *testing.T) {
 	}
 	es := newE2BServer(t, Config{})
 	key := es.e2bKey(t, "guest")
-	for _, mode := range []string{"domain", "header"} {
-		t.Run(mode, func(t *testing.T) {
-			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}
-			if mode == "header" {
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			}
-			out, err := es.node(t, sdk, env, "--test-reporter=spec", "guest.test.mjs")
-			if err != nil {
-				t.Fatalf("node guest.test.mjs (%s routing): %v\n%s", mode, err, out)
-			}
-			t.Logf("%s", out)
-		})
-	}
+	es.runSuite(t, sdk, key, "guest.test.mjs")
 }
 
 // envdClient reaches one sandbox's envd through the server as E2B's

@@ -385,6 +385,26 @@ func (es *e2bServer) node(t testing.TB, sdk string, env []string, args ...string
 	return cmd.CombinedOutput()
 }
 
+// runSuite runs the node test file suite of testdata/e2b with the E2B SDK
+// in sdk against the server as team key, in both routing modes: envd and
+// ports by host name (TLS, the test CA) and through E2B_SANDBOX_URL's
+// headers. extra is added to the environment.
+func (es *e2bServer) runSuite(t *testing.T, sdk, key, suite string, extra ...string) {
+	for _, mode := range []string{"domain", "header"} {
+		t.Run(mode, func(t *testing.T) {
+			env := append([]string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}, extra...)
+			if mode == "header" {
+				env = append(env, "E2B_SANDBOX_URL="+es.URL)
+			}
+			out, err := es.node(t, sdk, env, "--test-reporter=spec", suite)
+			if err != nil {
+				t.Fatalf("node %s (%s routing): %v\n%s", suite, mode, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
 // TestE2BSDK runs the unmodified E2B JS SDK (the version pinned in
 // testdata/e2b/package-lock.json) against the server, with envd and
 // ports reached by host name (TLS, a test CA) and by E2B_SANDBOX_URL's
@@ -396,19 +416,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	es := newE2BServer(t, Config{})
 	key := es.e2bKey(t, "sdk")
-	for _, mode := range []string{"domain", "header"} {
-		t.Run(mode, func(t *testing.T) {
-			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}
-			if mode == "header" {
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			}
-			out, err := es.node(t, sdk, env, "--test-reporter=spec", "sdk.test.mjs")
-			if err != nil {
-				t.Fatalf("node sdk.test.mjs (%s routing): %v\n%s", mode, err, out)
-			}
-			t.Logf("%s", out)
-		})
-	}
+	es.runSuite(t, sdk, key, "sdk.test.mjs")
 }
 
 // BenchmarkE2BCreateToFirstRun times what E2B publishes as its headline

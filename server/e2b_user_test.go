@@ -26,20 +26,7 @@ func TestE2BUser(t *testing.T) {
 	key := es.e2bKey(t, "user")
 	v1 := es.create(t, key, api.CreateSandbox{})
 	t.Cleanup(func() { es.call(t, "DELETE", "/v1/sandboxes/"+v1.ID, key, nil) })
-	for _, mode := range []string{"domain", "header"} {
-		t.Run(mode, func(t *testing.T) {
-			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain,
-				"E2B_DOMAIN=" + es.domain, "COVE_V1_SANDBOX=" + v1.ID}
-			if mode == "header" {
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			}
-			out, err := es.node(t, sdk, env, "--test-reporter=spec", "user.test.mjs")
-			if err != nil {
-				t.Fatalf("node user.test.mjs (%s routing): %v\n%s", mode, err, out)
-			}
-			t.Logf("%s", out)
-		})
-	}
+	es.runSuite(t, sdk, key, "user.test.mjs", "COVE_V1_SANDBOX="+v1.ID)
 }
 
 // TestV1UserUnchanged: Cove's own API keeps /workspace and its default
