@@ -103,7 +103,17 @@ func hostAvail(t *testing.T, dir string) int64 {
 func TestFillUnmountMountCopyRemove(t *testing.T) {
 	needDisks(t)
 	const limit = 64 << 20
-	d := create(t, limit)
+	// The disk lives on a host filesystem of its own, so what the host
+	// loses is this disk's doing, not that of whatever else the machine
+	// runs meanwhile (other tests write to /tmp too).
+	d, err := Create(context.Background(), filepath.Join(smallHost(t, 256<<20), "disk"), limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Remove() })
+	if err := d.Mount(); err != nil {
+		t.Fatal(err)
+	}
 
 	var st unix.Statfs_t
 	if err := unix.Statfs(d.Upper(), &st); err != nil {
