@@ -142,47 +142,10 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		pausedError(w, r, rec, envdPort)
 		return
 	}
-	token := rec.Spec.Labels[envdTokenLabel]
+	if !envdAllowed(w, r, rec, paused) {
+		return
+	}
 	path := r.URL.Path
-	switch {
-	case r.Method == http.MethodGet && path == "/health":
-		// Open to anyone while running, as envd's; only the token's
-		// holder resumes a paused sandbox with it (the SDK's isRunning
-		// sends it, and resumes it on E2B too).
-		if paused && (token == "" || !guest.HasAccessToken(r.Header, token)) {
-			pausedError(w, r, rec, envdPort)
-			return
-		}
-	case path == "/init":
-		writeProxyError(w, r, http.StatusForbidden, rec.ID, envdPort,
-			"/init is the control plane's, not reachable from outside; give environment variables as envs to Sandbox.create or to each command")
-		return
-	case token == "":
-		writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort,
-			"this sandbox has no envd access token yet: get one with Sandbox.connect (or GET /sandboxes/{id})")
-		return
-	case path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost):
-		if msg := filesAuth(r, token); msg != "" {
-			writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort, msg)
-			return
-		}
-	case !guest.HasAccessToken(r.Header, token):
-		msg := "unauthorized access: send the sandbox's envd access token in the X-Access-Token header"
-		if r.Header.Get(guest.AccessTokenHeader) != "" {
-			msg = "unauthorized access: wrong envd access token in the X-Access-Token header"
-		}
-		writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort, msg)
-		return
-	}
-	if r.Method == http.MethodPost && path == "/files" {
-		for h := range r.Header {
-			if strings.HasPrefix(http.CanonicalHeaderKey(h), metadataHeaderPrefix) {
-				writeProxyError(w, r, http.StatusBadRequest, rec.ID, envdPort,
-					"file metadata (X-Metadata-* headers) is not supported by Cove's sandboxes; write the file without metadata")
-				return
-			}
-		}
-	}
 	if paused {
 		var ok bool
 		if rec, ok = s.resumeFor(w, r, rec, envdPort); !ok {
@@ -243,6 +206,55 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		rp.BufferPool = downloadBuffers
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// envdAllowed answers (and returns false) a request to envd that may not
+// go through: /init, a sandbox with no token yet, a missing or wrong
+// token (or /files signature), file metadata, and /health of a paused
+// sandbox without the token that would resume it.
+func envdAllowed(w http.ResponseWriter, r *http.Request, rec store.Sandbox, paused bool) bool {
+	token := rec.Spec.Labels[envdTokenLabel]
+	path := r.URL.Path
+	switch {
+	case r.Method == http.MethodGet && path == "/health":
+		// Open to anyone while running, as envd's; only the token's
+		// holder resumes a paused sandbox with it (the SDK's isRunning
+		// sends it, and resumes it on E2B too).
+		if paused && (token == "" || !guest.HasAccessToken(r.Header, token)) {
+			pausedError(w, r, rec, envdPort)
+			return false
+		}
+	case path == "/init":
+		writeProxyError(w, r, http.StatusForbidden, rec.ID, envdPort,
+			"/init is the control plane's, not reachable from outside; give environment variables as envs to Sandbox.create or to each command")
+		return false
+	case token == "":
+		writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort,
+			"this sandbox has no envd access token yet: get one with Sandbox.connect (or GET /sandboxes/{id})")
+		return false
+	case path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost):
+		if msg := filesAuth(r, token); msg != "" {
+			writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort, msg)
+			return false
+		}
+	case !guest.HasAccessToken(r.Header, token):
+		msg := "unauthorized access: send the sandbox's envd access token in the X-Access-Token header"
+		if r.Header.Get(guest.AccessTokenHeader) != "" {
+			msg = "unauthorized access: wrong envd access token in the X-Access-Token header"
+		}
+		writeProxyError(w, r, http.StatusUnauthorized, rec.ID, envdPort, msg)
+		return false
+	}
+	if r.Method == http.MethodPost && path == "/files" {
+		for h := range r.Header {
+			if strings.HasPrefix(http.CanonicalHeaderKey(h), metadataHeaderPrefix) {
+				writeProxyError(w, r, http.StatusBadRequest, rec.ID, envdPort,
+					"file metadata (X-Metadata-* headers) is not supported by Cove's sandboxes; write the file without metadata")
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // downloadBuffers are the proxy's copy buffers for /files downloads.

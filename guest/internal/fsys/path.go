@@ -185,57 +185,12 @@ restart:
 		}
 		// The parent directory: in one call when nothing on the way is a
 		// symlink or missing, else component by component.
-		dir, own := rootFD, false
-		if len(parts) > 1 {
-			fd, err := openBeneath(rootFD, strings.Join(parts[:len(parts)-1], "/"))
-			if err == nil {
-				dir, own = fd, true
-			} else {
-				for i := 0; i < len(parts)-1; {
-					fd, err := openat(dir, parts[i], unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-					if err == nil {
-						if own {
-							unix.Close(dir)
-						}
-						dir, own = fd, true
-						i++
-						continue
-					}
-					here := "/" + strings.Join(parts[:i+1], "/")
-					switch {
-					case errors.Is(err, unix.ENOENT) && o.mkdir:
-						err = mkdirOwned(dir, parts[i], o.owner)
-						if err == nil || errors.Is(err, unix.EEXIST) {
-							// Open what is there now; hops bounds the loop
-							// against a sandbox that keeps removing it.
-							if hops++; hops <= maxSymlinks {
-								continue
-							}
-							err = unix.ELOOP
-						}
-					case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
-						target, lerr := readlinkat(dir, parts[i])
-						switch {
-						case lerr == nil:
-							if own {
-								unix.Close(dir)
-							}
-							if err := hop(here, target, parts[i+1:]); err != nil {
-								return nil, err
-							}
-							continue restart
-						case errors.Is(lerr, unix.EINVAL):
-							err = unix.ENOTDIR // a file where a directory should be
-						case errors.Is(lerr, unix.ENOENT):
-							err = unix.ENOENT
-						}
-					}
-					if own {
-						unix.Close(dir)
-					}
-					return nil, err
-				}
-			}
+		dir, own, again, err := s.openParent(rootFD, parts, o, &hops, hop)
+		if err != nil {
+			return nil, err
+		}
+		if again {
+			continue restart
 		}
 		n := &node{sp: sp, dir: dir, name: parts[len(parts)-1], own: own}
 		if err := n.stat(); err != nil {
@@ -258,6 +213,68 @@ restart:
 		}
 		return n, nil
 	}
+}
+
+// openParent opens the parent directory of the path whose components are
+// parts: in one call when nothing on the way is a symlink or missing, else
+// component by component, making missing directories when o.mkdir. When a
+// component is a symlink it calls hop with it and the components after it
+// and reports again (the walk starts over from where hop leads); hops
+// counts the symlinks and made directories along the way. own says dir is
+// a descriptor of its own, for the caller to close.
+func (s *Service) openParent(rootFD int, parts []string, o lookupOpts, hops *int, hop func(linkSP, target string, rest []string) error) (dir int, own, again bool, err error) {
+	dir = rootFD
+	if len(parts) <= 1 {
+		return dir, false, false, nil
+	}
+	if fd, err := openBeneath(rootFD, strings.Join(parts[:len(parts)-1], "/")); err == nil {
+		return fd, true, false, nil
+	}
+	for i := 0; i < len(parts)-1; {
+		fd, err := openat(dir, parts[i], unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			if own {
+				unix.Close(dir)
+			}
+			dir, own = fd, true
+			i++
+			continue
+		}
+		here := "/" + strings.Join(parts[:i+1], "/")
+		switch {
+		case errors.Is(err, unix.ENOENT) && o.mkdir:
+			err = mkdirOwned(dir, parts[i], o.owner)
+			if err == nil || errors.Is(err, unix.EEXIST) {
+				// Open what is there now; hops bounds the loop
+				// against a sandbox that keeps removing it.
+				if *hops++; *hops <= maxSymlinks {
+					continue
+				}
+				err = unix.ELOOP
+			}
+		case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
+			target, lerr := readlinkat(dir, parts[i])
+			switch {
+			case lerr == nil:
+				if own {
+					unix.Close(dir)
+				}
+				if err := hop(here, target, parts[i+1:]); err != nil {
+					return 0, false, false, err
+				}
+				return 0, false, true, nil
+			case errors.Is(lerr, unix.EINVAL):
+				err = unix.ENOTDIR // a file where a directory should be
+			case errors.Is(lerr, unix.ENOENT):
+				err = unix.ENOENT
+			}
+		}
+		if own {
+			unix.Close(dir)
+		}
+		return 0, false, false, err
+	}
+	return dir, own, false, nil
 }
 
 // openat2Missing is set once the kernel has refused openat2 (older than
