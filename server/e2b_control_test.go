@@ -30,8 +30,10 @@ import (
 // The E2B control plane's snapshots, forks, network default, hosts for
 // ports and unknown routes (the SDK drives them in TestE2BControlSDK).
 
-// e2bCreate makes a sandbox through the E2B API and returns it.
-func (ts *testServer) e2bCreate(t testing.TB, key string, body map[string]any) e2bSandbox {
+// e2bNew makes a sandbox through the E2B API with body as it is (the
+// template too) and returns it; e2bCreate (e2b_autopause_test.go) sets
+// the template to base.
+func (ts *testServer) e2bNew(t testing.TB, key string, body map[string]any) e2bSandbox {
 	t.Helper()
 	var sb e2bSandbox
 	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, body, nil)
@@ -63,7 +65,7 @@ func wantE2BError(t *testing.T, what string, resp *http.Response, data []byte, w
 func TestE2BSnapshots(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key, other := ts.e2bKey(t, "snapa"), ts.e2bKey(t, "snapb")
-	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
+	sb := ts.e2bNew(t, key, map[string]any{"templateID": "base"})
 	file := ts.root(t, key, sb.SandboxID) + "/kept.txt"
 	ts.exec(t, key, sb.SandboxID, "echo kept in the snapshot > "+file)
 
@@ -138,7 +140,7 @@ func TestE2BSnapshots(t *testing.T) {
 	// A sandbox made from the snapshot has the file, and outlives the
 	// one it was taken of.
 	ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil)
-	from := ts.e2bCreate(t, key, map[string]any{"templateID": sn.SnapshotID})
+	from := ts.e2bNew(t, key, map[string]any{"templateID": sn.SnapshotID})
 	if got := ts.exec(t, key, from.SandboxID, "cat "+file); got != "kept in the snapshot\n" {
 		t.Errorf("the file in a sandbox made from the snapshot: %q", got)
 	}
@@ -164,7 +166,7 @@ func TestE2BSnapshots(t *testing.T) {
 func TestE2BFork(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key, other := ts.e2bKey(t, "forka"), ts.e2bKey(t, "forkb")
-	parent := ts.e2bCreate(t, key, map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": false}})
+	parent := ts.e2bNew(t, key, map[string]any{"templateID": "base", "network": map[string]any{"allowPublicTraffic": false}})
 	file := ts.root(t, key, parent.SandboxID) + "/forked.txt"
 	ts.exec(t, key, parent.SandboxID, "echo from the parent > "+file)
 
@@ -249,7 +251,7 @@ func TestE2BNetworkDefault(t *testing.T) {
 				{map[string]any{"allow_internet_access": true}, "internet"},
 				{map[string]any{"allow_internet_access": false}, "none"},
 			} {
-				sb := ts.e2bCreate(t, key, c.body)
+				sb := ts.e2bNew(t, key, c.body)
 				var d e2bDetail
 				resp, data := ts.e2bCall(t, "GET", "/sandboxes/"+sb.SandboxID, key, nil, nil)
 				if resp.StatusCode != 200 || json.Unmarshal(data, &d) != nil || d.AllowInternetAccess != (c.want == "internet") {
@@ -287,7 +289,7 @@ func TestE2BNetworkEgress(t *testing.T) {
 		t.Run(setting, func(t *testing.T) {
 			ts := newTestServer(t, Config{E2BNetwork: setting})
 			key := ts.e2bKey(t, "egress")
-			sb := ts.e2bCreate(t, key, map[string]any{})
+			sb := ts.e2bNew(t, key, map[string]any{})
 			out := ts.exec(t, key, sb.SandboxID, `timeout 5 bash -c 'exec 3<>/dev/tcp/198.51.100.10/8080 && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3' 2>&1; echo exit=$?`)
 			reached := strings.Contains(out, "hello from the outside")
 			if reached != (setting == "internet") {
@@ -378,7 +380,7 @@ func TestE2BHosts(t *testing.T) {
 	key := ts.e2bKey(t, "hosts")
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(ts.URL, "http://"))
 	want := "localhost:" + port
-	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
+	sb := ts.e2bNew(t, key, map[string]any{"templateID": "base"})
 	if sb.Domain == nil || *sb.Domain != want {
 		t.Errorf("create's domain: %v, want %s", sb.Domain, want)
 	}
@@ -415,7 +417,7 @@ func TestE2BHosts(t *testing.T) {
 	// A configured domain is answered as it is.
 	es := newE2BServer(t, Config{})
 	ekey := es.e2bKey(t, "hosts")
-	if sb := es.e2bCreate(t, ekey, map[string]any{}); sb.Domain == nil || *sb.Domain != es.domain {
+	if sb := es.e2bNew(t, ekey, map[string]any{}); sb.Domain == nil || *sb.Domain != es.domain {
 		t.Errorf("create's domain with --domain %s: %v", es.domain, sb.Domain)
 	}
 }
