@@ -80,6 +80,8 @@ func (lc *lifecycle) tick(ctx context.Context) {
 			return
 		}
 		switch {
+		case IsFrozen(rec):
+			// A snapshot (freeze.go): kept until deleted, metered above.
 		case lc.expired(ctx, rec, now):
 			lc.act(ctx, rec.ID, "ttl", lc.expired)
 		case lc.idle(ctx, rec, now):
