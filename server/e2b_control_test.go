@@ -44,7 +44,8 @@ func (ts *testServer) e2bNew(t testing.TB, key string, body map[string]any) e2bS
 	return sb
 }
 
-// root is the workspace root of a sandbox (what a snapshot keeps).
+// root is the workspace root of a sandbox (a snapshot keeps it, with the
+// rest of the disk: e2b_snapdisk_test.go).
 func (ts *testServer) root(t testing.TB, key, id string) string {
 	t.Helper()
 	var sb api.Sandbox
