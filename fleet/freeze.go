@@ -36,6 +36,9 @@ const (
 	frozenIDLabel = "cove.frozen.id"
 	// frozenOfLabel holds the sandbox it was taken of.
 	frozenOfLabel = "cove.frozen.of"
+	// thawedLabel is "1" on a sandbox made from a frozen copy: its
+	// daemon gets the record's environment at every start.
+	thawedLabel = "cove.thawed"
 	// snapPrefix starts the ids of frozen copies, as of snapshots.
 	snapPrefix = "snap-"
 )
@@ -191,7 +194,7 @@ func (f *Fleet) Thaw(ctx context.Context, team, sid string, req api.CreateSandbo
 // sandbox (without id or times) from the frozen copy's.
 func (f *Fleet) thawRecord(fr store.Sandbox, req api.CreateSandbox, own map[string]string) (store.Sandbox, error) {
 	for k := range own {
-		if !strings.HasPrefix(k, OwnLabelPrefix) || k == teamLabel || strings.HasPrefix(k, frozenLabel) {
+		if !strings.HasPrefix(k, OwnLabelPrefix) || k == teamLabel || strings.HasPrefix(k, frozenLabel) || k == thawedLabel {
 			return store.Sandbox{}, fmt.Errorf("label %q is not one of the server's own: %w", k, sandbox.ErrInvalid)
 		}
 	}
@@ -232,6 +235,7 @@ func (f *Fleet) thawRecord(fr store.Sandbox, req api.CreateSandbox, own map[stri
 		return store.Sandbox{}, err
 	}
 	maps.Copy(spec.Labels, own)
+	spec.Labels[thawedLabel] = "1"
 	return store.Sandbox{TeamID: fr.TeamID, Spec: spec, Size: fr.Size, IdleTimeout: idle, OnExpire: req.OnExpire}, nil
 }
 
@@ -256,6 +260,22 @@ func (f *Fleet) thawStart(ctx context.Context, sess sandbox.Session, rec *store.
 		}
 	}
 	return f.cfg.Store.PutSandbox(ctx, *rec)
+}
+
+// thawedEnv gives the daemon of a sandbox made from a frozen copy, just
+// resumed, the environment its record has: the runtime starts it with
+// the copy's, and the create's envs were given to the daemon that
+// stopped. sess is closed.
+func (f *Fleet) thawedEnv(ctx context.Context, sess sandbox.Session, rec store.Sandbox) error {
+	defer closeSession(sess)
+	if rec.Spec.Labels[thawedLabel] == "" || len(rec.Spec.Env) == 0 {
+		return nil
+	}
+	es, ok := sess.(envSetter)
+	if !ok {
+		return fmt.Errorf("this server's runtime cannot set the environment of a sandbox made from a snapshot: %w", errors.ErrUnsupported)
+	}
+	return es.SetEnv(ctx, rec.Spec.Env)
 }
 
 // hideFrozen is a frozen copy read by a sandbox's id: not found.

@@ -312,8 +312,12 @@ func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl
 			return err
 		}
 	}
-	if _, err := f.cfg.Runtime.Resume(ctx, fresh.ID); err != nil {
+	sess, err := f.cfg.Runtime.Resume(ctx, fresh.ID)
+	if err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", fresh.ID, err)
+	}
+	if err := f.thawedEnv(ctx, sess, fresh); err != nil {
+		f.log.Warn("resuming a sandbox made from a snapshot: its create's envs are not set", "sandbox", fresh.ID, "err", err)
 	}
 	fresh.State, fresh.StartedAt, fresh.StoppedAt, fresh.LastActivity = store.StateRunning, now, time.Time{}, now
 	fresh.Deadline = deadline

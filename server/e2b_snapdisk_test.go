@@ -140,6 +140,16 @@ func TestE2BSnapshotDisk(t *testing.T) {
 	if got := ts.execAs(t, key, a.SandboxID, "", `echo "$FROM_ORIGINAL $FROM_CREATE"`); got != "o c\n" {
 		t.Errorf("environment of a sandbox from the snapshot: %q, want the original's and the create's", got)
 	}
+	// Paused and resumed, it keeps them.
+	if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+a.SandboxID+"/pause", key, nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("pause: %d %s", resp.StatusCode, data)
+	}
+	if resp, data := ts.e2bCall(t, "POST", "/sandboxes/"+a.SandboxID+"/connect", key, map[string]any{"timeout": 300}, nil); resp.StatusCode != 201 {
+		t.Fatalf("resume: %d %s", resp.StatusCode, data)
+	}
+	if got := ts.execAs(t, key, a.SandboxID, "", `echo "$FROM_ORIGINAL $FROM_CREATE"`); got != "o c\n" {
+		t.Errorf("environment of a sandbox from the snapshot, resumed: %q, want the original's and the create's", got)
+	}
 	var d e2bDetail
 	resp, data = ts.e2bCall(t, "GET", "/sandboxes/"+a.SandboxID, key, nil, nil)
 	if resp.StatusCode != 200 || json.Unmarshal(data, &d) != nil || d.Metadata["which"] != "a" || d.State != "running" ||
