@@ -253,6 +253,9 @@ func (f *Fleet) Counts(ctx context.Context) (map[string]int, error) {
 		return nil, fmt.Errorf("counting sandboxes: %w", err)
 	}
 	for _, rec := range recs {
+		if IsFrozen(rec) {
+			continue // a snapshot, not a sandbox
+		}
 		counts[rec.State]++
 	}
 	return counts, nil

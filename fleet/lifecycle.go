@@ -80,6 +80,8 @@ func (lc *lifecycle) tick(ctx context.Context) {
 			return
 		}
 		switch {
+		case IsFrozen(rec):
+			// A snapshot (freeze.go): kept until deleted, metered above.
 		case lc.expired(ctx, rec, now):
 			lc.act(ctx, rec.ID, "ttl", lc.expired)
 		case lc.idle(ctx, rec, now):
@@ -261,6 +263,10 @@ func (f *Fleet) Reconcile(ctx context.Context) error {
 		case !ok:
 			f.log.Warn("sandbox gone from the runtime; dropping its record", "sandbox", rec.ID)
 			f.cfg.Store.DeleteSandbox(ctx, rec.ID)
+		case IsFrozen(rec):
+			if in.State == sandbox.StateRunning { // a snapshot stays stopped
+				f.cfg.Runtime.Stop(ctx, rec.ID)
+			}
 		case in.State == sandbox.StateStopped && rec.State == store.StateRunning:
 			rec.State, rec.StoppedAt = store.StateStopped, f.cfg.Now()
 			f.cfg.Store.PutSandbox(ctx, rec)

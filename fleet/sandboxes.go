@@ -26,14 +26,14 @@ func (f *Fleet) Get(ctx context.Context, team, id string) (store.Sandbox, error)
 	if team == "" {
 		return store.Sandbox{}, fmt.Errorf("sandbox %q: no team: %w", id, sandbox.ErrNotFound)
 	}
-	return f.cfg.Store.GetSandbox(ctx, team, id)
+	return hideFrozen(f.cfg.Store.GetSandbox(ctx, team, id))
 }
 
 // Find returns sandbox id whichever team's it is: for the front doors
 // that let a caller in by a token of the sandbox's own (an exposed
 // port's, envd's), which they check themselves.
 func (f *Fleet) Find(ctx context.Context, id string) (store.Sandbox, error) {
-	return f.cfg.Store.GetSandbox(ctx, "", id)
+	return hideFrozen(f.cfg.Store.GetSandbox(ctx, "", id))
 }
 
 // List returns a page of team's sandboxes (filter.TeamID is set to team)
@@ -43,7 +43,7 @@ func (f *Fleet) List(ctx context.Context, team string, filter store.SandboxFilte
 		return nil, "", fmt.Errorf("listing sandboxes: no team: %w", sandbox.ErrInvalid)
 	}
 	filter.TeamID = team
-	return f.cfg.Store.ListSandboxes(ctx, filter)
+	return f.listSandboxes(ctx, filter) // frozen copies are not sandboxes
 }
 
 // Expired reports whether a sandbox's deadline has passed and it is to
@@ -312,8 +312,12 @@ func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl
 			return err
 		}
 	}
-	if _, err := f.cfg.Runtime.Resume(ctx, fresh.ID); err != nil {
+	sess, err := f.cfg.Runtime.Resume(ctx, fresh.ID)
+	if err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", fresh.ID, err)
+	}
+	if err := f.thawedEnv(ctx, sess, fresh); err != nil {
+		f.log.Warn("resuming a sandbox made from a snapshot: its create's envs are not set", "sandbox", fresh.ID, "err", err)
 	}
 	fresh.State, fresh.StartedAt, fresh.StoppedAt, fresh.LastActivity = store.StateRunning, now, time.Time{}, now
 	fresh.Deadline = deadline

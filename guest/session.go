@@ -61,6 +61,13 @@ func (s *Session) Client() *Client { return s.c }
 
 func (s *Session) ID() string { return s.opts.ID }
 
+// SetEnv merges variables into the environment of every later process
+// (Client.SetEnv): for a copied sandbox that gets its own, which last
+// until it stops.
+func (s *Session) SetEnv(ctx context.Context, env map[string]string) error {
+	return s.c.SetEnv(ctx, env)
+}
+
 func (s *Session) Info(ctx context.Context) (sandbox.Info, error) {
 	if s.opts.Info == nil {
 		return sandbox.Info{ID: s.opts.ID, State: sandbox.StateRunning, Spec: sandbox.Spec{Root: s.opts.Root}}, nil

@@ -30,7 +30,8 @@ import (
 // The E2B control plane's snapshots, forks, network default, hosts for
 // ports and unknown routes (the SDK drives them in TestE2BControlSDK).
 
-// e2bCreate makes a sandbox through the E2B API and returns it.
+// e2bCreate makes a sandbox through the E2B API with body as it is (no
+// templateID is the default template) and returns it.
 func (ts *testServer) e2bCreate(t testing.TB, key string, body map[string]any) e2bSandbox {
 	t.Helper()
 	var sb e2bSandbox
@@ -50,7 +51,8 @@ func (ts *testServer) e2bCreate(t testing.TB, key string, body map[string]any) e
 	return sb
 }
 
-// root is the workspace root of a sandbox (what a snapshot keeps).
+// root is the workspace root of a sandbox (a snapshot keeps it, with the
+// rest of the disk: e2b_snapdisk_test.go).
 func (ts *testServer) root(t testing.TB, key, id string) string {
 	t.Helper()
 	var sb api.Sandbox

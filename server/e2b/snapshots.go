@@ -19,14 +19,19 @@ import (
 
 // Snapshots and forks through E2B's API.
 //
-// An E2B snapshot is Cove's workspace snapshot (package fleet): the tar of
-// the sandbox's workspace, the team's, listed by /v1 too. Its id
-// (snap-...) is E2B's snapshotID, which the SDK passes to
-// Sandbox.create as the template: a create whose templateID is one of
-// the team's snapshots makes a sandbox on the server's default template
-// with that workspace. Another team's snapshot is unknown to the caller,
-// as a template that does not exist. DELETE /templates/{id} (the SDK's
-// deleteSnapshot) deletes one.
+// An E2B snapshot is the whole sandbox, as on E2B: a frozen copy
+// (fleet.Freeze) of its disk (what was installed as root, /home/user,
+// the workspace) and its template, size, user and network, kept stopped
+// until deleted, the team's alone. Its id (snap-...) is E2B's
+// snapshotID, which the SDK passes to Sandbox.create as the template: a
+// create whose templateID is one of the team's snapshots is a copy of it
+// (fleet.Thaw) that gets the create's envs, metadata, timeout and
+// lifecycle, and tokens of its own. Another team's snapshot is unknown
+// to the caller, as a template that does not exist. DELETE
+// /templates/{id} (the SDK's deleteSnapshot) deletes one, and its disk.
+// Cove's workspace snapshots (/v1/snapshots) are not listed here, nor
+// E2B's there; a workspace snapshot's id still works as a templateID
+// and with deleteSnapshot.
 //
 // A fork is a copy of the whole disk (sandbox.Forker), each with its own
 // envd and traffic tokens.
@@ -73,11 +78,8 @@ func (s *API) createSnapshot(w http.ResponseWriter, r *http.Request, c *caller) 
 	if !ok {
 		return
 	}
-	if rec.State != store.StateRunning {
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused; resume it with Sandbox.connect before snapshotting it", rec.ID))
-		return
-	}
-	sn, err := s.fleet.Snapshot(context.WithoutCancel(r.Context()), c.team, rec.ID)
+	// A paused sandbox's disk is copied as it is: E2B snapshots one too.
+	sn, err := s.fleet.Freeze(context.WithoutCancel(r.Context()), c.team, rec.ID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -100,7 +102,7 @@ func (s *API) listSnapshots(w http.ResponseWriter, r *http.Request, c *caller) {
 		}
 		limit = n
 	}
-	sns, err := s.fleet.Snapshots(r.Context(), c.team)
+	sns, err := s.fleet.Frozen(r.Context(), c.team)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -156,7 +158,11 @@ func parseCursor(token string) (store.Snapshot, bool) {
 // be deleted here.
 func (s *API) deleteTemplate(w http.ResponseWriter, r *http.Request, c *caller) {
 	id := r.PathValue("templateID")
-	err := s.fleet.DeleteSnapshot(context.WithoutCancel(r.Context()), c.team, strings.TrimSuffix(id, ":default"))
+	ctx, sid := context.WithoutCancel(r.Context()), strings.TrimSuffix(id, ":default")
+	err := s.fleet.DeleteFrozen(ctx, c.team, sid)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		err = s.fleet.DeleteSnapshot(ctx, c.team, sid) // a /v1 workspace snapshot
+	}
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("template %q not found: it is not one of your snapshots (Cove's templates are the server's and cannot be deleted through the API)", id))
@@ -181,7 +187,11 @@ func (s *API) createFrom(ctx context.Context, team string, req api.CreateSandbox
 	req.Template = ""
 	own = maps.Clone(own)
 	own[snapshotLabel] = sid
-	rec, err := s.fleet.RestoreLabeled(ctx, team, sid, req, own)
+	rec, err := s.fleet.Thaw(ctx, team, sid, req, own)
+	if errors.Is(err, sandbox.ErrNotFound) && rec.ID == "" {
+		// A /v1 workspace snapshot: its workspace on the default template.
+		rec, err = s.fleet.RestoreLabeled(ctx, team, sid, req, own)
+	}
 	if errors.Is(err, sandbox.ErrNotFound) && rec.ID == "" {
 		return rec, fmt.Errorf("template %q: no such template or snapshot of yours: %w", sid, sandbox.ErrNotFound)
 	}

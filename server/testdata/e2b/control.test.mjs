@@ -29,8 +29,9 @@ after(async () => {
   for (const sbx of made) await sbx.kill().catch(() => {})
 })
 
-// root is the sandbox's workspace root, what a snapshot keeps (Cove's own
-// API says it; the E2B API has no word for it).
+// root is the sandbox's workspace root, as Cove's own API says it (the E2B
+// API has no word for it). A snapshot keeps it with the rest of the disk
+// (snapdisk.test.mjs).
 async function root(sbx) {
   const res = await fetch(`${process.env.E2B_API_URL}/v1/sandboxes/${sbx.sandboxId}`, {
     headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` },
