@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"net"
+	"os"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -96,4 +97,54 @@ func allowSudo(t *testing.T, rt *Runtime, id, user string) {
 	}
 	resp.Body.Close()
 	hc.CloseIdleConnections()
+}
+
+// TestSudoLinkStaysInside: a template (or a stopped sandbox's disk: the
+// same overlay) whose /usr/bin/sudo is a symlink to a host path, absolute
+// or climbing with "..", starts; pid 1 follows the link inside the
+// sandbox only (where it leads nowhere), mounts nothing over the host
+// file, and the host is untouched.
+func TestSudoLinkStaysInside(t *testing.T) {
+	v := newVictim(t)
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Skip("no /bin/sh")
+	}
+	for _, target := range []string{v.dir + "/keep", strings.Repeat("../", 20) + v.dir[1:] + "/keep", "/proc/1/root" + v.dir + "/keep"} {
+		t.Run(target, func(t *testing.T) {
+			lower := hostLikeLower(t, nil)
+			if err := os.MkdirAll(filepath.Join(lower, "usr/bin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(sh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(lower, "usr/bin/sh"), b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, filepath.Join(lower, "usr/bin/sudo")); err != nil {
+				t.Fatal(err)
+			}
+			var binds []string
+			for _, d := range []string{"/usr/lib", "/usr/lib64"} {
+				if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+					binds = append(binds, d)
+				}
+			}
+			rt := privateRuntime(t, linkTree{Rootfs{Lower: lower, Binds: binds, Env: map[string]string{"PATH": sbdirPath}}}, false)
+			s, err := rt.Create(context.Background(), sandbox.Spec{})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			v.check(t, "after create")
+			stopResume(t, rt, s.ID())
+			v.check(t, "after resume")
+			// Nothing is mounted over a path that names the host file.
+			out := asRoot(t, rt, s.ID(), "while read -r l; do case $l in *"+v.dir+"*) echo \"$l\";; esac; done < /proc/self/mountinfo")
+			if out != "" {
+				t.Errorf("a mount over the link's host target: %q", out)
+			}
+		})
+	}
 }

@@ -6,19 +6,34 @@ import (
 
 	pb "github.com/cove-sandbox/cove/guest/gen/process"
 	"github.com/cove-sandbox/cove/guest/internal/fsys"
+	"github.com/cove-sandbox/cove/guest/internal/journal"
 )
 
 // The process lines of the daemon's journal (Config.Journal): what
 // started, as whom and where, and how it ended. Environment variables
 // are never logged: they carry the sandbox's secrets.
 
-// commandLine is cfg's command and arguments as one line (each field is
-// cut to journal.MaxField by the journal).
+// commandLine is cfg's command and arguments as one line, built only as
+// far as the journal keeps of a field (it cuts each to journal.MaxField):
+// a command's arguments (a script for sh -c) may be megabytes, and this
+// runs on every start and end.
 func commandLine(cfg *pb.ProcessConfig) string {
-	return strings.Join(append([]string{cfg.GetCmd()}, cfg.GetArgs()...), " ")
+	var b strings.Builder
+	b.WriteString(cfg.GetCmd())
+	for _, a := range cfg.GetArgs() {
+		if b.Len() > journal.MaxField {
+			break
+		}
+		b.WriteByte(' ')
+		b.WriteString(a[:min(len(a), journal.MaxField+1)])
+	}
+	return b.String()
 }
 
 func (m *Manager) logStarted(p *proc, user *fsys.User) {
+	if m.cfg.Journal == nil {
+		return
+	}
 	kv := []string{"pid", strconv.Itoa(p.pid), "cmd", commandLine(p.config)}
 	if p.tag != "" {
 		kv = append(kv, "tag", p.tag)
@@ -33,10 +48,16 @@ func (m *Manager) logStarted(p *proc, user *fsys.User) {
 }
 
 func (m *Manager) logStartFailed(cfg *pb.ProcessConfig, err error) {
+	if m.cfg.Journal == nil {
+		return
+	}
 	m.cfg.Journal.Add("warn", "process failed to start", "cmd", commandLine(cfg), "error", err.Error())
 }
 
 func (m *Manager) logEnded(p *proc, end *pb.ProcessEvent_EndEvent) {
+	if m.cfg.Journal == nil {
+		return
+	}
 	level := "info"
 	if !end.GetExited() || end.GetExitCode() != 0 {
 		level = "warn"

@@ -401,19 +401,7 @@ func (m *Manager) start(ctx context.Context, req *pb.StartRequest, user *fsys.Us
 	if err != nil {
 		return nil, err
 	}
-	startFn := func() (int, error) {
-		if err := m.cfg.Spawn(cmd); err != nil {
-			return 0, err
-		}
-		return cmd.Process.Pid, nil
-	}
-	var wait func() exitInfo
-	var pid int
-	if m.reaper != nil {
-		wait, pid, err = m.reaper.start(startFn)
-	} else {
-		wait, pid, err = waitDirect(startFn)
-	}
+	wait, pid, err := m.spawn(cmd)
 	if err != nil {
 		pio.fail(p)
 		return nil, startError(cfg.Cmd, err)

@@ -565,36 +565,74 @@ func (d *Disk) allocated() (int64, error) {
 }
 
 // duBytes sums the allocated blocks of the files under dir, hard links
-// counted once.
+// counted once. The tree is the tenant's and changes while it is walked:
+// each directory is opened by descriptor, relative to its parent's and
+// without following a link, so a directory swapped for a symlink (to the
+// host's /) mid-walk is counted as the link, never walked through.
 func duBytes(dir string) (int64, error) {
-	type ino struct{ dev, ino uint64 }
-	seen := map[ino]bool{}
-	var total int64
-	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while we walked
-			}
-			return err
-		}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return 0, err
+	}
+	du := &diskUse{seen: map[[2]uint64]bool{}, total: st.Blocks * 512}
+	err = du.dir(fd)
+	return du.total, err
+}
+
+// diskUse is duBytes's walk.
+type diskUse struct {
+	seen  map[[2]uint64]bool // hard-linked files counted, by device and inode
+	total int64
+}
+
+// dir adds what the open directory fd holds, and closes it.
+func (du *diskUse) dir(fd int) error {
+	f := os.NewFile(uintptr(fd), "dir")
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // removed while we walked
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
 		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed while we walked
 			}
 			return err
 		}
-		if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			k := ino{st.Dev, st.Ino}
-			if seen[k] {
-				return nil
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+				continue // removed or replaced while we walked
 			}
-			seen[k] = true
+			if err != nil {
+				return err
+			}
+			du.total += st.Blocks * 512
+			if err := du.dir(sub); err != nil {
+				return err
+			}
+			continue
 		}
-		total += st.Blocks * 512
-		return nil
-	})
-	return total, err
+		if st.Nlink > 1 {
+			k := [2]uint64{st.Dev, st.Ino}
+			if du.seen[k] {
+				continue
+			}
+			du.seen[k] = true
+		}
+		du.total += st.Blocks * 512
+	}
+	return nil
 }
 
 // Copy copies the disk into dst, a new directory, for a fork: the new disk
