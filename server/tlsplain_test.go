@@ -87,3 +87,43 @@ func TestPlainOnTLSPort(t *testing.T) {
 		t.Errorf("https GET /health: %d over %s, want 200 over HTTP/2", resp.StatusCode, resp.Proto)
 	}
 }
+
+// TestSnifferCloseEndsSilentConns: a client that connects and sends
+// nothing is closed when the listener is, not left (its goroutine, its
+// connection) until the sniff's timeout.
+func TestSnifferCloseEndsSilentConns(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := &sniffer{Listener: l, conns: make(chan net.Conn), errs: make(chan error), done: make(chan struct{})}
+	go sn.loop()
+	var conns []net.Conn
+	for range 5 {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	// Wait until all five are being sniffed.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		sn.mu.Lock()
+		n := len(sn.pending)
+		sn.mu.Unlock()
+		if n == 5 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d connections being sniffed, want 5", n)
+		}
+	}
+	sn.Close()
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(sniffTimeout / 2))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("silent client after Close: read %v, want EOF (closed by the server at once)", err)
+		}
+	}
+}
