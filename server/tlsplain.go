@@ -51,7 +51,10 @@ func (s *Server) plainRefused(w http.ResponseWriter, r *http.Request) bool {
 	if plain, _ := r.Context().Value(plainKey{}).(bool); !plain {
 		return false
 	}
-	if _, port, ok := s.proxy.PortHost(r.Host); ok && port != e2b.EnvdPort {
+	// A request naming its sandbox in headers is served by them
+	// (ServeByHeader), whatever its host says: envd's included.
+	byHeader := r.Header.Get(e2b.SandboxIDHeader) != "" || r.Header.Get(e2b.SandboxPortHeader) != ""
+	if _, port, ok := s.proxy.PortHost(r.Host); ok && port != e2b.EnvdPort && !byHeader {
 		return false
 	}
 	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, "this port serves HTTPS: send the request to https://"+r.Host+" (only a sandbox's ports answer plain HTTP here)")

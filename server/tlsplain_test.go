@@ -56,8 +56,13 @@ func TestPlainOnTLSPort(t *testing.T) {
 
 	es.exec(t, key, sb.SandboxID, "mkdir -p /tmp/www && echo served in plain text > /tmp/www/index.html && (cd /tmp/www && nohup python3 -m http.server 8000 >/dev/null 2>&1 &)")
 	url := fmt.Sprintf("http://8000-%s.%s/", sb.SandboxID, es.domain)
-	var code int
-	var body string
+	// A port's host name does not carry envd, named in E2B's headers,
+	// into plain text.
+	code, body := get(plain, url+"health", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": sb.EnvdAccessToken})
+	if code != 400 || !strings.Contains(body, "https://") {
+		t.Errorf("plain GET %s naming envd in headers: %d %s, want 400 saying to use https", url, code, body)
+	}
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if code, body = get(plain, url, nil); code == 200 {
 			break
