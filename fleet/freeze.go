@@ -1,10 +1,12 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/cove-sandbox/cove/api"
@@ -201,6 +203,19 @@ func (f *Fleet) thawRecord(fr store.Sandbox, req api.CreateSandbox, own map[stri
 	switch {
 	case req.Template != "", len(req.Manifest) > 0, req.Size != "", req.Root != "", req.User != "":
 		return store.Sandbox{}, invalid("a sandbox made from a snapshot has the snapshot's template, files, size and user; create it without them")
+	}
+	// A network the create names is not dropped for the snapshot's: a
+	// create that asks for less egress than the snapshot had is refused,
+	// not given more.
+	if req.Network != nil {
+		n, err := networkOf(req.Network)
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+		if cmp.Or(n.Mode, "none") != cmp.Or(fr.Spec.Network.Mode, "none") || !slices.Equal(n.Allow, fr.Spec.Network.Allow) {
+			return store.Sandbox{}, invalid("network %q: a sandbox made from a snapshot has the snapshot's network (%q); create it without one, or with the same",
+				cmp.Or(n.Mode, "none"), cmp.Or(fr.Spec.Network.Mode, "none"))
+		}
 	}
 	ttl, err := Seconds("ttl_seconds", req.TTLSeconds, f.cfg.MaxTTL)
 	if err != nil {

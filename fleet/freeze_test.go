@@ -137,6 +137,16 @@ func TestFrozenHidden(t *testing.T) {
 	if _, err := f.Thaw(ctx, "t", snaps[0].ID, api.CreateSandbox{Template: "other"}, nil); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("thaw with a template: %v", err)
 	}
+	// A network other than the snapshot's (none) is refused, not
+	// dropped for it; the same one is the snapshot's.
+	for _, n := range []api.Network{{Mode: "internet"}, {Mode: "allow", Allow: []string{"example.com"}}} {
+		if _, err := f.Thaw(ctx, "t", snaps[0].ID, api.CreateSandbox{Network: &n}, nil); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("thaw with network %+v from a snapshot without one: %v", n, err)
+		}
+	}
+	if _, err := f.thawRecord(frozenOf(t, f, snaps[0].ID), api.CreateSandbox{Network: &api.Network{Mode: "none"}}, nil); err != nil {
+		t.Errorf("thaw with the snapshot's own network: %v", err)
+	}
 
 	if err := f.DeleteFrozen(ctx, "u", snaps[0].ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("another team deletes: %v", err)
@@ -152,4 +162,14 @@ func TestFrozenHidden(t *testing.T) {
 	if _, err := f.Thaw(ctx, "t", snaps[0].ID, api.CreateSandbox{}, nil); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("thaw a deleted snapshot: %v", err)
 	}
+}
+
+// frozenOf reads team t's frozen copy sid.
+func frozenOf(t *testing.T, f *Fleet, sid string) store.Sandbox {
+	t.Helper()
+	fr, err := f.frozen(context.Background(), "t", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fr
 }

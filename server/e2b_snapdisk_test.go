@@ -118,6 +118,10 @@ func TestE2BSnapshotDisk(t *testing.T) {
 	}
 	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", other, map[string]any{"templateID": sid}, nil)
 	wantE2BError(t, "another team creates from the snapshot", resp, data, 404)
+	// The snapshot has the internet (the E2B default); a create from it
+	// that asks for none is refused, not given the internet.
+	resp, data = ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": sid, "allow_internet_access": false}, nil)
+	wantE2BError(t, "a create from the snapshot without the internet", resp, data, 400)
 	if got := ts.e2bSnapshotIDs(t, other); len(got) != 0 {
 		t.Errorf("another team lists snapshots %v", got)
 	}

@@ -51,7 +51,10 @@ func (s *Server) plainRefused(w http.ResponseWriter, r *http.Request) bool {
 	if plain, _ := r.Context().Value(plainKey{}).(bool); !plain {
 		return false
 	}
-	if _, port, ok := s.proxy.PortHost(r.Host); ok && port != e2b.EnvdPort {
+	// A request naming its sandbox in headers is served by them
+	// (ServeByHeader), whatever its host says: envd's included.
+	byHeader := r.Header.Get(e2b.SandboxIDHeader) != "" || r.Header.Get(e2b.SandboxPortHeader) != ""
+	if _, port, ok := s.proxy.PortHost(r.Host); ok && port != e2b.EnvdPort && !byHeader {
 		return false
 	}
 	writeError(w, r, http.StatusBadRequest, api.CodeInvalid, "this port serves HTTPS: send the request to https://"+r.Host+" (only a sandbox's ports answer plain HTTP here)")
@@ -64,7 +67,10 @@ type plainKey struct{}
 // sniffer is a listener that hands out each connection once its first
 // byte has said whether it is TLS: a *tls.Conn (so net/http negotiates
 // HTTP/2 and sets Request.TLS) or the plain connection. Connections are
-// looked at in their own goroutines, so a silent client holds up no one.
+// looked at in their own goroutines, so a silent client holds up no one;
+// each is a connection the listener underneath (connlimit) counts, so
+// silent clients are capped as any others. Close closes the connections
+// still being looked at: their goroutines end then, not at sniffTimeout.
 type sniffer struct {
 	net.Listener
 	cfg   *tls.Config
@@ -72,6 +78,12 @@ type sniffer struct {
 	errs  chan error
 	done  chan struct{}
 	once  sync.Once
+
+	// mu guards pending (connections whose first byte is awaited) and
+	// closed.
+	mu      sync.Mutex
+	pending map[net.Conn]struct{}
+	closed  bool
 }
 
 func (sn *sniffer) loop() {
@@ -93,10 +105,24 @@ func (sn *sniffer) loop() {
 }
 
 func (sn *sniffer) sniff(c net.Conn) {
+	sn.mu.Lock()
+	if sn.closed {
+		sn.mu.Unlock()
+		c.Close()
+		return
+	}
+	if sn.pending == nil {
+		sn.pending = map[net.Conn]struct{}{}
+	}
+	sn.pending[c] = struct{}{}
+	sn.mu.Unlock()
 	c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	var b [1]byte
 	n, err := c.Read(b[:])
 	c.SetReadDeadline(time.Time{})
+	sn.mu.Lock()
+	delete(sn.pending, c)
+	sn.mu.Unlock()
 	if err != nil || n == 0 {
 		c.Close()
 		return
@@ -125,9 +151,18 @@ func (sn *sniffer) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting.
+// Close stops accepting, and closes the connections not yet handed out.
 func (sn *sniffer) Close() error {
-	sn.once.Do(func() { close(sn.done) })
+	sn.once.Do(func() {
+		close(sn.done)
+		sn.mu.Lock()
+		sn.closed = true
+		for c := range sn.pending {
+			c.Close()
+		}
+		sn.pending = nil
+		sn.mu.Unlock()
+	})
 	return sn.Listener.Close()
 }
 

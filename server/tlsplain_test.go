@@ -56,8 +56,13 @@ func TestPlainOnTLSPort(t *testing.T) {
 
 	es.exec(t, key, sb.SandboxID, "mkdir -p /tmp/www && echo served in plain text > /tmp/www/index.html && (cd /tmp/www && nohup python3 -m http.server 8000 >/dev/null 2>&1 &)")
 	url := fmt.Sprintf("http://8000-%s.%s/", sb.SandboxID, es.domain)
-	var code int
-	var body string
+	// A port's host name does not carry envd, named in E2B's headers,
+	// into plain text.
+	code, body := get(plain, url+"health", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": sb.EnvdAccessToken})
+	if code != 400 || !strings.Contains(body, "https://") {
+		t.Errorf("plain GET %s naming envd in headers: %d %s, want 400 saying to use https", url, code, body)
+	}
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if code, body = get(plain, url, nil); code == 200 {
 			break
@@ -85,5 +90,45 @@ func TestPlainOnTLSPort(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
 		t.Errorf("https GET /health: %d over %s, want 200 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+}
+
+// TestSnifferCloseEndsSilentConns: a client that connects and sends
+// nothing is closed when the listener is, not left (its goroutine, its
+// connection) until the sniff's timeout.
+func TestSnifferCloseEndsSilentConns(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := &sniffer{Listener: l, conns: make(chan net.Conn), errs: make(chan error), done: make(chan struct{})}
+	go sn.loop()
+	var conns []net.Conn
+	for range 5 {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	// Wait until all five are being sniffed.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		sn.mu.Lock()
+		n := len(sn.pending)
+		sn.mu.Unlock()
+		if n == 5 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d connections being sniffed, want 5", n)
+		}
+	}
+	sn.Close()
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(sniffTimeout / 2))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("silent client after Close: read %v, want EOF (closed by the server at once)", err)
+		}
 	}
 }

@@ -128,6 +128,11 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 	if template == "base" {
 		template = "" // the server's default template
 	}
+	if isSnapshot(template) && body.AllowInternet == nil && network.Mode != "allow" {
+		// A snapshot keeps its network unless the create names one
+		// (fleet.Thaw refuses one that differs).
+		network = nil
+	}
 	onExpire := store.ExpireDelete
 	if pause {
 		onExpire = store.ExpireStop
