@@ -10,7 +10,7 @@ import path from 'node:path'
 import { test } from 'node:test'
 import { pathToFileURL } from 'node:url'
 
-import './e2b.mjs' // *.{COVE_E2B_DOMAIN} resolves to this machine
+import './resolve.mjs' // *.{COVE_E2B_DOMAIN} resolves to this machine
 
 const modules = path.join(process.env.COVE_AGENTS_SDK, 'node_modules')
 const load = (file) => import(pathToFileURL(path.join(modules, file)).href)
