@@ -90,12 +90,7 @@ func findEntry(entries []e2bLogEntry, msg string, fields map[string]string) (e2b
 func TestE2BLogs(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key, other := ts.e2bKey(t, "logs"), ts.e2bKey(t, "logs-other")
-	var sb e2bSandbox
-	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(data, &sb) != nil {
-		t.Fatalf("create: %d %s", resp.StatusCode, data)
-	}
-	t.Cleanup(func() { ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil) })
+	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
 	ts.exec(t, key, sb.SandboxID, "echo marker-42; exit 3")
 
 	var logs struct{ Logs []e2bLogEntry }
@@ -210,12 +205,7 @@ func TestE2BLogs(t *testing.T) {
 func TestE2BMetrics(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key, other := ts.e2bKey(t, "metrics"), ts.e2bKey(t, "metrics-other")
-	var sb e2bSandbox
-	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(data, &sb) != nil {
-		t.Fatalf("create: %d %s", resp.StatusCode, data)
-	}
-	t.Cleanup(func() { ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil) })
+	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
 	path := "/sandboxes/" + sb.SandboxID + "/metrics"
 	latest := func() e2bMetric {
 		var ms []e2bMetric
