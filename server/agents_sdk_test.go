@@ -1,14 +1,12 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -233,28 +231,13 @@ func TestAgentsSDK(t *testing.T) {
 	model := agentModel(t, agentScenarios)
 	for _, mode := range []string{"domain", "header"} {
 		t.Run(mode, func(t *testing.T) {
-			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain,
-				"OPENAI_BASE_URL=" + model.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_AGENTS_DISABLE_TRACING=1"}
-			if mode == "header" {
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			}
-			out, err := es.agentsNode(t, sdk, env, "--test-reporter=spec", "--test-concurrency=1", "agents.test.mjs")
+			env := append(es.modeEnv(key, mode), "COVE_AGENTS_SDK="+sdk,
+				"OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY=sk-fake", "OPENAI_AGENTS_DISABLE_TRACING=1")
+			out, err := es.nodeIn(t, "agents", env, "--test-reporter=spec", "--test-concurrency=1", "agents.test.mjs")
 			if err != nil {
 				t.Fatalf("node agents.test.mjs (%s routing): %v\n%s", mode, err, out)
 			}
 			t.Logf("%s", out)
 		})
 	}
-}
-
-// agentsNode runs a script of testdata/agents with env added to the
-// test's own.
-func (es *e2bServer) agentsNode(t testing.TB, sdk string, env []string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", args...)
-	cmd.Dir = filepath.Join("testdata", "agents")
-	cmd.Env = append(slices.Clone(os.Environ()), "COVE_AGENTS_SDK="+sdk, "NODE_EXTRA_CA_CERTS="+es.caFile, "E2B_API_URL="+es.URL)
-	cmd.Env = append(cmd.Env, env...)
-	return cmd.CombinedOutput()
 }

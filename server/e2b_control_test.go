@@ -496,12 +496,8 @@ func TestE2BControlSDK(t *testing.T) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(local.URL, "http://"))
 	for _, mode := range []string{"domain", "header", "local"} {
 		t.Run(mode, func(t *testing.T) {
-			srv, env := es, []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain,
-				"E2B_DOMAIN=" + es.domain, "COVE_E2B_PORT_SCHEME=https"}
-			switch mode {
-			case "header":
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			case "local":
+			srv, env := es, append(es.modeEnv(key, mode), "COVE_E2B_PORT_SCHEME=https")
+			if mode == "local" {
 				srv, env = local, []string{"E2B_API_KEY=" + localKey, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=localhost",
 					"E2B_SANDBOX_URL=" + local.URL, "COVE_E2B_PORT_SCHEME=http", "COVE_E2B_LOCAL_DOMAIN=localhost:" + port}
 			}

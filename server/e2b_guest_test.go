@@ -210,10 +210,9 @@ func (m *markers) next() string {
 func TestE2BCommandDeadline(t *testing.T) {
 	es := newE2BServer(t, Config{})
 	key := es.e2bKey(t, "deadline")
-	var sb e2bSandbox
-	resp, data := es.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
-	if resp.StatusCode != 201 || json.Unmarshal(data, &sb) != nil || sb.EnvdAccessToken == "" {
-		t.Fatalf("create: %d %s", resp.StatusCode, data)
+	sb := es.e2bCreate(t, key, map[string]any{"templateID": "base"})
+	if sb.EnvdAccessToken == "" {
+		t.Fatalf("create: no envdAccessToken in %+v", sb)
 	}
 	var m markers
 	for _, c := range es.envdClients(t, sb.SandboxID, sb.EnvdAccessToken) {

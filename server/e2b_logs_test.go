@@ -56,16 +56,6 @@ func (ts *testServer) e2bGet(t *testing.T, path, key string, want int, out any) 
 	return data
 }
 
-// poll runs f until it reports true, for at most a minute.
-func poll(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !f(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within a minute", what)
-		}
-	}
-}
-
 // findEntry returns the first entry with message msg and the fields
 // given, if any.
 func findEntry(entries []e2bLogEntry, msg string, fields map[string]string) (e2bLogEntry, bool) {
@@ -91,17 +81,12 @@ func findEntry(entries []e2bLogEntry, msg string, fields map[string]string) (e2b
 func TestE2BLogs(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key, other := ts.e2bKey(t, "logs"), ts.e2bKey(t, "logs-other")
-	var sb e2bSandbox
-	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(data, &sb) != nil {
-		t.Fatalf("create: %d %s", resp.StatusCode, data)
-	}
-	t.Cleanup(func() { ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil) })
+	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
 	ts.exec(t, key, sb.SandboxID, "echo marker-42; exit 3")
 
 	var logs struct{ Logs []e2bLogEntry }
 	v2 := "/v2/sandboxes/" + sb.SandboxID + "/logs"
-	poll(t, "the command's end in the log", func() bool {
+	eventually(t, "the command's end in the log", func() bool {
 		ts.e2bGet(t, v2+"?direction=forward", key, 200, &logs)
 		_, ok := findEntry(logs.Logs, "process ended", map[string]string{"exit_code": "3"})
 		return ok
@@ -211,12 +196,7 @@ func TestE2BLogs(t *testing.T) {
 func TestE2BMetrics(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key, other := ts.e2bKey(t, "metrics"), ts.e2bKey(t, "metrics-other")
-	var sb e2bSandbox
-	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(data, &sb) != nil {
-		t.Fatalf("create: %d %s", resp.StatusCode, data)
-	}
-	t.Cleanup(func() { ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil) })
+	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
 	path := "/sandboxes/" + sb.SandboxID + "/metrics"
 	latest := func() e2bMetric {
 		var ms []e2bMetric
@@ -234,7 +214,7 @@ func TestE2BMetrics(t *testing.T) {
 	// Burn CPU in the background, and write 8 MiB.
 	ts.exec(t, key, sb.SandboxID, "(timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 &) ; head -c 8388608 /dev/urandom > big; sync")
 	var busy e2bMetric
-	poll(t, "CPU use and the file in the metrics", func() bool {
+	eventually(t, "CPU use and the file in the metrics", func() bool {
 		busy = latest()
 		return busy.CPUUsedPct > 0 && busy.DiskUsed >= first.DiskUsed+8<<20
 	})

@@ -285,11 +285,7 @@ func TestE2BSnapshotDiskSDK(t *testing.T) {
 	for _, mode := range []string{"domain", "header"} {
 		t.Run(mode, func(t *testing.T) {
 			key := es.e2bKey(t, "snapdisk-"+mode)
-			env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}
-			if mode == "header" {
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			}
-			out, err := es.node(t, sdk, env, "--test-reporter=spec", "snapdisk.test.mjs")
+			out, err := es.node(t, sdk, es.modeEnv(key, mode), "--test-reporter=spec", "snapdisk.test.mjs")
 			if err != nil {
 				t.Fatalf("node snapdisk.test.mjs (%s routing): %v\n%s", mode, err, out)
 			}

@@ -374,15 +374,33 @@ func newE2BServer(t testing.TB, cfg Config) *e2bServer {
 	return &e2bServer{testServer: ts, domain: cfg.Domain, caFile: caFile}
 }
 
-// node runs a script of testdata/e2b with env added to the test's own.
+// node runs a script of testdata/e2b with the E2B SDK in sdk and env
+// added to the test's own.
 func (es *e2bServer) node(t testing.TB, sdk string, env []string, args ...string) ([]byte, error) {
+	return es.nodeIn(t, "e2b", append([]string{"COVE_E2B_SDK=" + sdk}, env...), args...)
+}
+
+// nodeIn runs node in testdata/dir against the server (its API URL and
+// test CA) with env added to the test's own.
+func (es *e2bServer) nodeIn(t testing.TB, dir string, env []string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", args...)
-	cmd.Dir = filepath.Join("testdata", "e2b")
-	cmd.Env = append(slices.Clone(os.Environ()), "COVE_E2B_SDK="+sdk, "NODE_EXTRA_CA_CERTS="+es.caFile, "E2B_API_URL="+es.URL)
+	cmd.Dir = filepath.Join("testdata", dir)
+	cmd.Env = append(slices.Clone(os.Environ()), "NODE_EXTRA_CA_CERTS="+es.caFile, "E2B_API_URL="+es.URL)
 	cmd.Env = append(cmd.Env, env...)
 	return cmd.CombinedOutput()
+}
+
+// modeEnv is the SDK scripts' environment for team key in a routing
+// mode: "domain" (envd and ports by host name, TLS with the test CA) or
+// "header" (E2B_SANDBOX_URL's headers).
+func (es *e2bServer) modeEnv(key, mode string) []string {
+	env := []string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}
+	if mode == "header" {
+		env = append(env, "E2B_SANDBOX_URL="+es.URL)
+	}
+	return env
 }
 
 // runSuite runs the node test file suite of testdata/e2b with the E2B SDK
@@ -392,11 +410,7 @@ func (es *e2bServer) node(t testing.TB, sdk string, env []string, args ...string
 func (es *e2bServer) runSuite(t *testing.T, sdk, key, suite string, extra ...string) {
 	for _, mode := range []string{"domain", "header"} {
 		t.Run(mode, func(t *testing.T) {
-			env := append([]string{"E2B_API_KEY=" + key, "COVE_E2B_MODE=" + mode, "COVE_E2B_DOMAIN=" + es.domain, "E2B_DOMAIN=" + es.domain}, extra...)
-			if mode == "header" {
-				env = append(env, "E2B_SANDBOX_URL="+es.URL)
-			}
-			out, err := es.node(t, sdk, env, "--test-reporter=spec", suite)
+			out, err := es.node(t, sdk, append(es.modeEnv(key, mode), extra...), "--test-reporter=spec", suite)
 			if err != nil {
 				t.Fatalf("node %s (%s routing): %v\n%s", suite, mode, err, out)
 			}

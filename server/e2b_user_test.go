@@ -53,14 +53,9 @@ func TestV1UserUnchanged(t *testing.T) {
 func TestE2BSudoWalled(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	key := ts.e2bKey(t, "sudowall")
-	var sb e2bSandbox
-	resp, data := ts.e2bCall(t, "POST", "/v2/sandboxes", key, map[string]any{"templateID": "base"}, nil)
-	if resp.StatusCode != 201 || json.Unmarshal(data, &sb) != nil {
-		t.Fatalf("create: %d %s", resp.StatusCode, data)
-	}
-	t.Cleanup(func() { ts.e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, key, nil, nil) })
+	sb := ts.e2bCreate(t, key, map[string]any{"templateID": "base"})
 	// The first envd call gives user sudo, as any E2B SDK call does.
-	resp, data = ts.e2bCall(t, "GET", "/files?path=/etc/hostname", "", nil, map[string]string{
+	resp, data := ts.e2bCall(t, "GET", "/files?path=/etc/hostname", "", nil, map[string]string{
 		"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb.EnvdAccessToken})
 	if resp.StatusCode != 200 {
 		t.Fatalf("envd: %d %s", resp.StatusCode, data)

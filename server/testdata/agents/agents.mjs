@@ -4,26 +4,10 @@
 // E2B client's own import('e2b') finds the same e2b package. Host names
 // under COVE_E2B_DOMAIN resolve to this machine, so the test needs no
 // wildcard DNS.
-import dns from 'node:dns'
 import fs from 'node:fs'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
-
-const domainHost = (process.env.COVE_E2B_DOMAIN ?? '').split(':')[0]
-if (domainHost) {
-  const lookup = dns.lookup
-  dns.lookup = function (host, opts, cb) {
-    if (typeof opts === 'function') {
-      cb = opts
-      opts = {}
-    }
-    if (host === domainHost || host.endsWith('.' + domainHost)) {
-      if (opts && opts.all) return process.nextTick(cb, null, [{ address: '127.0.0.1', family: 4 }])
-      return process.nextTick(cb, null, '127.0.0.1', 4)
-    }
-    return lookup.call(dns, host, opts, cb)
-  }
-}
+import '../e2b/resolve.mjs' // *.{COVE_E2B_DOMAIN} resolves to this machine
 
 // load imports the ES module entry of pkg's export subpath ('.',
 // './sandbox', ...) from the installed packages.

@@ -10,7 +10,8 @@ import path from 'node:path'
 import { test } from 'node:test'
 import { pathToFileURL } from 'node:url'
 
-import './e2b.mjs' // *.{COVE_E2B_DOMAIN} resolves to this machine
+import './resolve.mjs' // *.{COVE_E2B_DOMAIN} resolves to this machine
+import { eventually } from './wait.mjs'
 
 const modules = path.join(process.env.COVE_AGENTS_SDK, 'node_modules')
 const load = (file) => import(pathToFileURL(path.join(modules, file)).href)
@@ -48,20 +49,13 @@ test('resolveExposedPort reaches the port', async () => {
     // A host with a port is plain HTTP to the Agents SDK; here the test's
     // TLS server serves that port with TLS, so COVE_E2B_PORT_SCHEME says.
     const url = `${process.env.COVE_E2B_PORT_SCHEME}://${ep.host}:${ep.port}/hi.txt`
-    const end = Date.now() + 30_000
-    let last
-    for (;;) {
-      try {
-        const res = await fetch(url)
-        last = `${res.status} ${await res.text()}`
-        if (res.status === 200) break
-      } catch (err) {
-        last = err
-      }
-      if (Date.now() > end) assert.fail(`GET ${url}: ${last}`)
-      await new Promise((r) => setTimeout(r, 100))
-    }
-    assert.equal(last, '200 hello through resolveExposedPort\n')
+    const got = await eventually(`GET ${url}`, async () => {
+      const res = await fetch(url)
+      const body = `${res.status} ${await res.text()}`
+      if (res.status !== 200) throw new Error(body)
+      return body
+    }, 30)
+    assert.equal(got, '200 hello through resolveExposedPort\n')
     if (process.env.COVE_E2B_LOCAL_DOMAIN) assert.equal(ep.tls, false)
   } finally {
     await session.close().catch(() => {})
