@@ -20,7 +20,8 @@ const cliTarget = 3 * time.Millisecond
 
 // benchCLI times the real cove binary running `cove sandbox exec ID --
 // true` n times beside the same exec made in this process through the
-// local runtime, and prints p50/p90 of each, their difference and ratio.
+// local runtime, and prints p50/p90 of each, their difference and ratio,
+// and the time of `cove version`: what starting cove costs any command.
 func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(stderr, "cli exec: skipped (cove sandbox runs the local runtime, which needs root)")
@@ -64,6 +65,15 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The start of cove alone, which every command pays before its work.
+	start, err := timeAll(n, func() error {
+		cmd := exec.CommandContext(ctx, exe, "version")
+		cmd.Env = env
+		return cmd.Run()
+	})
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "measure\tcove CLI\tin process\tdifference\tratio\ttarget")
 	for _, p := range []int{50, 90} {
@@ -74,6 +84,7 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(tw, "sandbox exec true p%d\t%s\t%s\t%s\t%.1fx\t%s\n", p, fmtDur(c), fmtDur(i), fmtDur(c-i), float64(c)/float64(i), target)
 	}
+	fmt.Fprintf(tw, "cove version (the start alone) p50\t%s\t\t\t\t\n", fmtDur(pct(start, 50)))
 	return tw.Flush()
 }
 
