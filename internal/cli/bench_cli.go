@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,7 +37,9 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rt, err := app.Local(dir)
+	// Where `cove sandbox --state-dir dir` looks; no pool (COVE_POOL is
+	// not read), so deleting the one sandbox leaves nothing behind.
+	rt, err := app.BenchLocal(filepath.Join(dir, "sandboxes"), 0)
 	if err != nil {
 		return err
 	}
