@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
@@ -309,10 +310,10 @@ func (p GitPolicy) schemes() []string {
 }
 
 // urlScheme matches a URL scheme as RFC 3986 spells it.
-var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+var urlScheme = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`) })
 
 // dnsName is a host name that Go's URL parser and curl read alike.
-var dnsName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
+var dnsName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`) })
 
 // gitTarget is a clone URL that passed the policy.
 type gitTarget struct {
@@ -366,7 +367,7 @@ func parseGitURL(raw string) (gitTarget, *url.URL, error) {
 		return t, nil, nil
 	}
 	scheme, _, ok := strings.Cut(raw, "://")
-	if !ok || !urlScheme.MatchString(scheme) {
+	if !ok || !urlScheme().MatchString(scheme) {
 		return gitTarget{}, nil, refuseGit(raw, "give an https:// URL (git's transport helpers such as ext:: and fd::, and host:path addresses, are not accepted)")
 	}
 	u, err := url.Parse(raw)
@@ -417,7 +418,7 @@ func (a *applier) remoteGitTarget(ctx context.Context, raw string, t gitTarget, 
 	switch {
 	case host == "":
 		return gitTarget{}, refuseGit(raw, "the URL names no host")
-	case ipErr != nil && !dnsName.MatchString(host):
+	case ipErr != nil && !dnsName().MatchString(host):
 		return gitTarget{}, refuseGit(raw, "host %q is not a host name or an IP address", host)
 	case ipErr == nil && ip.Zone() != "":
 		return gitTarget{}, refuseGit(raw, "an address with a zone is not accepted")
@@ -510,7 +511,7 @@ func schemeList(schemes []string) string {
 // commitLike matches what may be a commit id, which only a fetch by id
 // (not clone --branch) can check out. Servers refuse fetching an
 // abbreviated id; those fall through to a full clone.
-var commitLike = regexp.MustCompile(`^[0-9a-fA-F]{7,64}$`)
+var commitLike = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-fA-F]{7,64}$`) })
 
 func (a *applier) gitRepo(ctx context.Context, dest string, g GitRepo) error {
 	u := g.URL()
@@ -611,7 +612,7 @@ type gitRunner struct {
 // branch or tag, and last a full clone (for abbreviated ids or servers
 // that refuse to serve a commit by id).
 func (g *gitRunner) cloneRef(ctx context.Context, u, ref, dir string) error {
-	if commitLike.MatchString(ref) {
+	if commitLike().MatchString(ref) {
 		err := g.run(ctx, "", "init", "-q", "--", dir)
 		if err == nil {
 			err = g.run(ctx, dir, "remote", "add", "origin", "--", u)

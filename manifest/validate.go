@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/cove-sandbox/cove/sandbox"
@@ -126,7 +127,7 @@ type placedEntry struct {
 
 // windowsAbs matches paths such as C:\x or C:/x, which the SDK refuses as
 // absolute even on Linux; refusing them too keeps manifests portable.
-var windowsAbs = regexp.MustCompile(`^[A-Za-z]:[/\\]`)
+var windowsAbs = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z]:[/\\]`) })
 
 // checkEntryName checks one key of entries or children.
 func checkEntryName(name, where string) error {
@@ -138,7 +139,7 @@ func checkEntryName(name, where string) error {
 	case !utf8.ValidString(name):
 		// JSON cannot carry it: the manifest would not survive a round trip.
 		return invalidf("%s: path is not valid UTF-8", where)
-	case strings.HasPrefix(name, "/"), windowsAbs.MatchString(name), strings.HasPrefix(name, `\\`):
+	case strings.HasPrefix(name, "/"), windowsAbs().MatchString(name), strings.HasPrefix(name, `\\`):
 		return invalidf("%s: path must be relative to the workspace root, not absolute", where)
 	case slices.Contains(strings.Split(name, "/"), ".."):
 		return invalidf("%s: path must not contain \"..\"", where)
@@ -215,11 +216,11 @@ func checkGitArg(key, val, where string) error {
 
 // accountName is what useradd and groupadd accept without --badname
 // (shadow's default rule), at most 32 bytes.
-var accountName = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}\$?$`)
+var accountName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}\$?$`) })
 
 // checkAccountName checks a user or group name.
 func checkAccountName(name string) error {
-	if !accountName.MatchString(name) {
+	if !accountName().MatchString(name) {
 		return invalidf("name %q is not a valid user or group name; start with a-z or \"_\", then use a-z, 0-9, \"_\" or \"-\", at most 32 characters", name)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/store"
@@ -22,7 +23,7 @@ import (
 // database alone reveals none, and a row moved to another team does not
 // open. The API never returns a value.
 
-var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+var secretName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`) })
 
 // loadSecretKey reads the sealing key, making it when there is none.
 func loadSecretKey(dataDir string) ([]byte, error) {
@@ -118,7 +119,7 @@ func (s *Service) Secret(ctx context.Context, team, name string) (string, error)
 // PutSecret sets team's secret name to value, sealed: ErrInvalid for a
 // bad name or an empty value.
 func (s *Service) PutSecret(ctx context.Context, team, name, value string) (api.Secret, error) {
-	if !secretName.MatchString(name) {
+	if !secretName().MatchString(name) {
 		return api.Secret{}, invalid("secret name %q: use letters, digits and _ (up to 64), not starting with a digit, like OPENAI_API_KEY", name)
 	}
 	if value == "" {

@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -129,13 +130,13 @@ func (s *Store) path(elem ...string) string {
 	return filepath.Join(append([]string{s.dir}, elem...)...)
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 // ValidName returns an error wrapping sandbox.ErrInvalid unless name can
 // name a template: 1 to 64 letters, digits, '.', '_' or '-', starting with
 // a letter or digit.
 func ValidName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return fmt.Errorf("template name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit: %w", name, sandbox.ErrInvalid)
 	}
 	return nil
@@ -469,11 +470,11 @@ func (s *Store) lock(exclusive bool) (unlock func(), err error) {
 	return func() { f.Close() }, nil // closing the last fd releases the flock
 }
 
-var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var digestRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
 
 // blobDir is the directory of the blob with this digest.
 func (s *Store) blobDir(digest string) (string, error) {
-	if !digestRE.MatchString(digest) {
+	if !digestRE().MatchString(digest) {
 		return "", fmt.Errorf("malformed digest %q in the template index: %w", digest, sandbox.ErrInvalid)
 	}
 	return s.path("blobs", "sha256-"+strings.TrimPrefix(digest, "sha256:")), nil
@@ -482,7 +483,7 @@ func (s *Store) blobDir(digest string) (string, error) {
 // blobDigest is the digest of a blob directory's name.
 func blobDigest(dirName string) (string, bool) {
 	d := "sha256:" + strings.TrimPrefix(dirName, "sha256-")
-	return d, strings.HasPrefix(dirName, "sha256-") && digestRE.MatchString(d)
+	return d, strings.HasPrefix(dirName, "sha256-") && digestRE().MatchString(d)
 }
 
 // tempDir makes a new directory in DIR/tmp named for its kind and this

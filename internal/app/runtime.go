@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/internal/cli/sandboxbin"
@@ -36,10 +37,7 @@ const (
 // that a sandbox's allow list may name.
 func Local(stateDir string) (*local.Runtime, error) {
 	dir := DataDir(stateDir)
-	store, err := Templates(dir)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	pool := 0
 	if v := os.Getenv("COVE_POOL"); v != "" {
 		if pool, err = strconv.Atoi(v); err != nil || pool < 0 {
@@ -54,8 +52,30 @@ func Local(stateDir string) (*local.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: local.StoreTemplates{Store: store}, Pool: pool,
+	return local.New(local.Config{Dir: filepath.Join(dir, "sandboxes"), Templates: &lazyTemplates{dir: dir}, Pool: pool,
 		Command: shimCmd, InitCommand: initCmd, NetworkAllowPrivate: allowPrivate})
+}
+
+// lazyTemplates is the template store of dir (Templates), opened when a
+// sandbox is first made from it: a one-shot `cove sandbox exec` or `ls`
+// never needs it.
+type lazyTemplates struct {
+	dir   string
+	once  sync.Once
+	store local.Templates
+	err   error
+}
+
+// Resolve implements local.Templates.
+func (t *lazyTemplates) Resolve(ctx context.Context, name string) (local.Rootfs, error) {
+	t.once.Do(func() {
+		store, err := Templates(t.dir)
+		t.store, t.err = local.StoreTemplates{Store: store}, err
+	})
+	if t.err != nil {
+		return local.Rootfs{}, t.err
+	}
+	return t.store.Resolve(ctx, name)
 }
 
 // Templates is the template store of stateDir (DataDir's rules), in

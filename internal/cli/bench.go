@@ -26,11 +26,15 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mb := fs.Int("mb", 256, "megabytes to upload and download")
 	runs := fs.Int("runs", 100, "runs per measure for the local runtime and its peers")
 	guestOnly := fs.Bool("guest-only", false, "measure only the daemon, not the local runtime")
+	cliOnly := fs.Bool("cli-only", false, "measure only cove sandbox exec run as a command against the same exec in process")
 	serverMode := fs.Bool("server", false, "measure a Cove server through its API: the one in COVE_SERVER (with COVE_API_KEY), or one started here")
 	clients := fs.Int("clients", 50, "with --server: concurrent clients")
 	load := fs.Duration("load", 0, "with --server: also run a create/exec/delete load this long (e.g. 30s)")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage
+	}
+	if *cliOnly {
+		return benchCLI(ctx, *runs, stdout, stderr)
 	}
 	if *serverMode {
 		return benchServer(ctx, os.Getenv("COVE_SERVER"), os.Getenv("COVE_API_KEY"), *runs, *clients, *load, stdout, stderr)
@@ -104,6 +108,10 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *guestOnly {
 		return nil
+	}
+	fmt.Fprintln(stdout)
+	if err := benchCLI(ctx, *runs, stdout, stderr); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout)
 	return benchLocal(ctx, *runs, stdout, stderr)

@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Risk implements agent.RiskAssessor: an exec_command call is judged by
@@ -46,21 +47,28 @@ func (stdinTool) Risk(arguments, root string) (string, bool) {
 }
 
 // riskyCommands are the patterns of command lines that wait for approval
-// under agent.ApproveRisky, with the reason the user is shown.
-var riskyCommands = []struct {
+// under agent.ApproveRisky, with the reason the user is shown, compiled on
+// first use (not at every start of cove).
+var riskyCommands = sync.OnceValue(func() []riskyCommand {
+	return []riskyCommand{
+		{regexp.MustCompile(`\brm\s+(-[a-zA-Z]*[rR][a-zA-Z]*\s+-?[a-zA-Z]*f|-[a-zA-Z]*f[a-zA-Z]*\s+-[a-zA-Z]*[rR]|-[a-zA-Z]*([rR][a-zA-Z]*f|f[a-zA-Z]*[rR])|--recursive|-[a-zA-Z]*[rR])`), "deletes recursively"},
+		{regexp.MustCompile(`\b(apt|apt-get|aptitude|dpkg\s+-i|yum|dnf|apk\s+add|pip3?\s+install|python3?\s+-m\s+pip\s+install|npm\s+(i|install|ci)|yarn\s+add|pnpm\s+add|gem\s+install|cargo\s+install|go\s+install)\b`), "installs packages"},
+		{regexp.MustCompile(`\bgit\s+(push|remote\s+add|fetch|pull|clone)\b`), "talks to a git remote"},
+		{regexp.MustCompile(`\b(curl|wget|ssh|scp|sftp|rsync|nc|ncat|netcat|telnet|ftp)\b`), "uses the network"},
+		{regexp.MustCompile(`\b(sudo|su|doas|chown|chmod\s+[-+=0-7a-z]*s)\b`), "changes privileges or ownership"},
+		{regexp.MustCompile(`\b(mkfs|dd|shutdown|reboot|kill\s+-9\s+1\b|mount|umount)\b`), "touches the system"},
+	}
+})
+
+type riskyCommand struct {
 	re     *regexp.Regexp
 	reason string
-}{
-	{regexp.MustCompile(`\brm\s+(-[a-zA-Z]*[rR][a-zA-Z]*\s+-?[a-zA-Z]*f|-[a-zA-Z]*f[a-zA-Z]*\s+-[a-zA-Z]*[rR]|-[a-zA-Z]*([rR][a-zA-Z]*f|f[a-zA-Z]*[rR])|--recursive|-[a-zA-Z]*[rR])`), "deletes recursively"},
-	{regexp.MustCompile(`\b(apt|apt-get|aptitude|dpkg\s+-i|yum|dnf|apk\s+add|pip3?\s+install|python3?\s+-m\s+pip\s+install|npm\s+(i|install|ci)|yarn\s+add|pnpm\s+add|gem\s+install|cargo\s+install|go\s+install)\b`), "installs packages"},
-	{regexp.MustCompile(`\bgit\s+(push|remote\s+add|fetch|pull|clone)\b`), "talks to a git remote"},
-	{regexp.MustCompile(`\b(curl|wget|ssh|scp|sftp|rsync|nc|ncat|netcat|telnet|ftp)\b`), "uses the network"},
-	{regexp.MustCompile(`\b(sudo|su|doas|chown|chmod\s+[-+=0-7a-z]*s)\b`), "changes privileges or ownership"},
-	{regexp.MustCompile(`\b(mkfs|dd|shutdown|reboot|kill\s+-9\s+1\b|mount|umount)\b`), "touches the system"},
 }
 
 // absWrite finds redirections and common writers aimed at an absolute path.
-var absWrite = regexp.MustCompile(`(?:>>?|\btee\s+(?:-a\s+)?|\b(?:cp|mv|install|ln)\s+(?:-\S+\s+)*\S+\s+)\s*(/[^\s;|&)]*)`)
+var absWrite = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?:>>?|\btee\s+(?:-a\s+)?|\b(?:cp|mv|install|ln)\s+(?:-\S+\s+)*\S+\s+)\s*(/[^\s;|&)]*)`)
+})
 
 // RiskyCommand is exec_command's judgement of a shell command line run in
 // workdir, in a workspace at root ("" when unknown), for
@@ -70,7 +78,7 @@ var absWrite = regexp.MustCompile(`(?:>>?|\btee\s+(?:-a\s+)?|\b(?:cp|mv|install|
 // (/tmp and /dev/null excepted). It returns the reason when the command is
 // risky.
 func RiskyCommand(cmd, workdir, root string) (string, bool) {
-	for _, r := range riskyCommands {
+	for _, r := range riskyCommands() {
 		if r.re.MatchString(cmd) {
 			return r.reason, true
 		}
@@ -79,7 +87,7 @@ func RiskyCommand(cmd, workdir, root string) (string, bool) {
 		if workdir != "" && path.IsAbs(workdir) && !within(root, workdir) {
 			return "runs outside the workspace (" + workdir + ")", true
 		}
-		for _, m := range absWrite.FindAllStringSubmatch(cmd, -1) {
+		for _, m := range absWrite().FindAllStringSubmatch(cmd, -1) {
 			p := m[1]
 			if p == "/dev/null" || strings.HasPrefix(p, "/tmp/") || p == "/tmp" || within(root, p) {
 				continue

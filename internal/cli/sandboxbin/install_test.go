@@ -10,7 +10,7 @@ import (
 func TestInstall(t *testing.T) {
 	dir := t.TempDir()
 	bin := []byte("#!/bin/sh\necho one\n")
-	got, err := install(dir, "cove-x", bin)
+	got, err := install(dir, "cove-x", bin, sumOf(bin))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,18 +23,19 @@ func TestInstall(t *testing.T) {
 	if fi, err := os.Stat(got[0]); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("installed file: mode %v (%v), want 0755", fi.Mode(), err)
 	}
-	again, err := install(dir, "cove-x", bin)
+	again, err := install(dir, "cove-x", bin, sumOf(bin))
 	if err != nil || again[0] != got[0] {
 		t.Errorf("installing again: got %q (%v), want %q", again, err, got)
 	}
-	other, err := install(dir, "cove-x", []byte("#!/bin/sh\necho two\n"))
+	two := []byte("#!/bin/sh\necho two\n")
+	other, err := install(dir, "cove-x", two, sumOf(two))
 	if err != nil || other[0] == got[0] {
 		t.Errorf("installing other content: got %q (%v), want a path other than %q", other, err, got[0])
 	}
-	if none, err := install(dir, "cove-y", nil); none != nil || err != nil {
+	if none, err := install(dir, "cove-y", nil, ""); none != nil || err != nil {
 		t.Errorf("installing nothing: got %q, %v; want nil, nil", none, err)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
-		t.Errorf("%s holds %d files, want the 2 installed (no temporaries left)", dir, len(entries))
+	if entries, _ := os.ReadDir(dir); len(entries) != 4 {
+		t.Errorf("%s holds %d files, want the 2 installed and their stamps (no temporaries left)", dir, len(entries))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
@@ -35,7 +36,7 @@ const (
 	Any       = "*/*"
 )
 
-var pathParam = regexp.MustCompile(`\{([a-z]+)(\.\.\.)?\}`)
+var pathParam = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\{([a-z]+)(\.\.\.)?\}`) })
 
 // docPath turns a mux pattern into an OpenAPI path and method ("" for
 // every method).
@@ -47,7 +48,7 @@ func docPath(pattern string) (method, path string) {
 	if strings.HasSuffix(path, "/") {
 		path += "{path}"
 	}
-	return method, pathParam.ReplaceAllString(path, "{$1}")
+	return method, pathParam().ReplaceAllString(path, "{$1}")
 }
 
 // Build is the OpenAPI 3 document of routes; fieldDocs adds to the
@@ -63,7 +64,7 @@ func Build(routes []Route, fieldDocs map[string]map[string]any) map[string]any {
 			op["security"] = []any{map[string]any{"bearer": []any{}}, map[string]any{"apiKey": []any{}}}
 		}
 		var params []any
-		for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
+		for _, m := range pathParam().FindAllStringSubmatch(path, -1) {
 			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
 		}
 		for _, q := range d.Query {

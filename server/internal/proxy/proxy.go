@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cove-sandbox/cove/api"
@@ -339,8 +340,8 @@ func portTokenGiven(r *http.Request) bool {
 // coveKey matches a Cove API key's secret (NewKeySecret's two forms) in
 // a header or a cookie; wholeKey matches a query parameter that is one.
 var (
-	coveKey  = regexp.MustCompile(`\b(?:cove_[0-9a-f]{48}|e2b_[0-9a-f]{40})\b`)
-	wholeKey = regexp.MustCompile(`^(?:cove_[0-9a-f]{48}|e2b_[0-9a-f]{40})$`)
+	coveKey  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\b(?:cove_[0-9a-f]{48}|e2b_[0-9a-f]{40})\b`) })
+	wholeKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?:cove_[0-9a-f]{48}|e2b_[0-9a-f]{40})$`) })
 )
 
 // StripCredentials takes every Cove credential out of a request to an
@@ -363,7 +364,7 @@ func StripCredentials(out *http.Request) {
 			continue
 		}
 		for _, v := range vs {
-			if coveKey.MatchString(v) || basicCarriesKey(v) {
+			if coveKey().MatchString(v) || basicCarriesKey(v) {
 				out.Header.Del(name)
 				break
 			}
@@ -377,7 +378,7 @@ func StripCredentials(out *http.Request) {
 				return true
 			}
 			v, err = url.QueryUnescape(v)
-			return err == nil && wholeKey.MatchString(v)
+			return err == nil && wholeKey().MatchString(v)
 		})
 	}
 	if cs := out.Header.Values("Cookie"); len(cs) > 0 {
@@ -386,7 +387,7 @@ func StripCredentials(out *http.Request) {
 			c = dropParts(c, ";", func(part string) bool {
 				name, value, _ := strings.Cut(part, "=")
 				name = strings.TrimSpace(name)
-				return name == portCookie || name == web.SessionCookie || coveKey.MatchString(value)
+				return name == portCookie || name == web.SessionCookie || coveKey().MatchString(value)
 			})
 			if strings.TrimSpace(c) != "" {
 				out.Header.Add("Cookie", strings.TrimSpace(c))
@@ -403,7 +404,7 @@ func basicCarriesKey(v string) bool {
 		return false
 	}
 	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
-	return err == nil && coveKey.Match(b)
+	return err == nil && coveKey().Match(b)
 }
 
 // dropParts splits s on sep and joins again the parts drop refuses.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/cove-sandbox/cove/api"
 )
@@ -26,11 +27,13 @@ var hostMarkers = []string{
 // sandboxDir matches a path into a local sandbox's state directory on
 // the host (DIR/sb-ID/disk, .../state.json, ...), wherever the operator
 // put the runtime's directory.
-var sandboxDir = regexp.MustCompile(`/sb-[0-9a-f]{12}/(disk|rootfs|state\.json|init\.json|lock)\b`)
+var sandboxDir = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`/sb-[0-9a-f]{12}/(disk|rootfs|state\.json|init\.json|lock)\b`)
+})
 
 // HostDetail reports whether msg holds something of the host's.
 func (e *Errors) HostDetail(msg string) bool {
-	if containsPath(msg, e.DataDir) || sandboxDir.MatchString(msg) {
+	if containsPath(msg, e.DataDir) || sandboxDir().MatchString(msg) {
 		return true
 	}
 	for _, m := range hostMarkers {
