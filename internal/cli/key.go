@@ -75,7 +75,7 @@ func keyCreate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		fmt.Fprintf(stdout, "%s\n", secret)
-		fmt.Fprintf(stderr, "admin key %s (shown once; keep it; cove key revoke the lost one)\n", id)
+		fmt.Fprintf(stderr, "admin key %s (shown once; keep it). To retire the lost one: cove key ls --all, then cove key revoke ID\n", id)
 		return nil
 	}
 	c, err := app.APIClient()
@@ -117,7 +117,7 @@ func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, err
 			return api.CreateKey{}, "", ErrUsage
 		}
 		if name == "" {
-			name = "admin"
+			name = "admin-recovered"
 		}
 	}
 	if name == "" {

@@ -54,14 +54,15 @@ func TestKeyCreateAdminData(t *testing.T) {
 	if code := apiCall(t, "GET", url+"/v1/keys?all=true", minted, nil, &keys); code != 200 {
 		t.Fatalf("GET /v1/keys with the minted key: %d", code)
 	}
-	admins := 0
+	admins, recovered := 0, false
 	for _, k := range keys.Keys {
 		if k.Admin && k.Team == "admin" {
 			admins++
+			recovered = recovered || k.Name == "admin-recovered"
 		}
 	}
-	if admins != 2 {
-		t.Errorf("admin keys listed: %d, want the lost one and the minted one: %+v", admins, keys.Keys)
+	if admins != 2 || !recovered {
+		t.Errorf("admin keys listed: %d, want the lost one and the minted one, named admin-recovered: %+v", admins, keys.Keys)
 	}
 	var k api.Key
 	if code := apiCall(t, "POST", url+"/v1/keys", minted, api.CreateKey{Name: "ci", NewTeam: "acme"}, &k); code != 201 || k.Team != "acme" {
