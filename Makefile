@@ -1,15 +1,22 @@
 # Cove's two entry points on a fresh Debian 12 machine:
-#   make run   - set up and run Cove's main job on embedded defaults (cove serve)
-#   make test  - install what the tests need, then vet and test everything
+#   make run   - install what running needs, build, and run Cove's main job on
+#                embedded defaults (cove serve)
+#   make test  - install what the tests need as well, then vet and test everything
 SHELL := /bin/bash
 GO ?= go
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 export PATH := $(GOBIN):/usr/local/go/bin:$(PATH)
 
-.PHONY: run test deps build generate bench fuzz
+.PHONY: run test deps deps-run deps-test build generate bench fuzz
 
-deps:
-	@./scripts/deps.sh
+# deps-run installs what building Cove and running cove serve need;
+# deps-test adds what only the tests need (chromium, node and the npm
+# SDKs, pytest, ...). deps is all of it.
+deps-run:
+	@./scripts/deps.sh run
+
+deps-test deps:
+	@./scripts/deps.sh test
 
 # A static binary starts about 1 ms faster, and every sandbox start runs
 # two: its supervisor (cmd/cove-shim) and its pid 1 (cmd/cove-sandbox),
@@ -22,10 +29,10 @@ build:
 	cd internal/cli/sandboxbin && for p in cove-sandbox cove-shim; do sha256sum $$p | cut -d' ' -f1 >$$p.sha256; done
 	CGO_ENABLED=0 $(GO) build -tags embedsandbox -o bin/cove ./cmd/cove
 
-run: deps build
+run: deps-run build
 	./bin/cove serve
 
-test: deps
+test: deps-test
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 45m ./...
 

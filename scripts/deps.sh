@@ -1,33 +1,57 @@
 #!/usr/bin/env bash
-# Installs what building and testing Cove needs on a fresh Debian 12
-# machine. Idempotent: it only installs what is missing.
+# Installs what Cove needs on a fresh Debian 12 machine. Idempotent: it
+# only installs what is missing.
+#   scripts/deps.sh run    what building Cove and running cove serve need (make run)
+#   scripts/deps.sh test   that, and what the tests need besides (make test; the default)
 set -euo pipefail
 
+mode="${1:-test}"
+case "$mode" in
+run | test) ;;
+*)
+	echo "usage: scripts/deps.sh [run|test]" >&2
+	exit 2
+	;;
+esac
+
+# have: a program on the PATH or in an sbin directory (not on every
+# user's PATH).
+have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+
 need=()
-command -v git >/dev/null || need+=(git)
-command -v stty >/dev/null || need+=(coreutils)
-command -v make >/dev/null || need+=(make)
+# Running: building bin/cove (go build stamps the git revision) and what
+# cove serve uses on the host.
+have git || need+=(git) # also git_repo manifest entries, cloned on the host
+have make || need+=(make)
+have stty || need+=(coreutils)
+# Model endpoints, git clones and Debian mirrors over HTTPS.
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 # The local runtime's capped disks are ext4 images; templates are built
-# from Debian packages.
-command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
-command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
-command -v debootstrap >/dev/null || need+=(debootstrap)
-command -v cp >/dev/null || need+=(coreutils)
-# Tests use pkill (procps) and dpkg-deb (dpkg).
-command -v pkill >/dev/null || need+=(procps)
-command -v dpkg-deb >/dev/null || need+=(dpkg)
-# The agent's end-to-end test runs pytest inside a sandbox on the host
-# template, which sees the host's /usr.
-/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
-# E2B sandboxes on the host template get the daemon's sudo bound over
-# the host's /usr/bin/sudo, which must exist for that (guest/sudo.go).
+# from Debian packages by mmdebstrap (or debootstrap).
+have mkfs.ext4 || need+=(e2fsprogs)
+have mmdebstrap || have debootstrap || need+=(mmdebstrap)
+# A sandbox's sudo is the daemon's, bound over /usr/bin/sudo; on the host
+# template (the host's /usr) that file must exist (sandbox/local/pid1/
+# sudo.go), or sandboxes there, E2B's included, have no sudo.
 [ -e /usr/bin/sudo ] || need+=(sudo)
-# The MCP adapter's tests run a real npm MCP server with node.
-command -v node >/dev/null || need+=(nodejs)
-command -v npm >/dev/null || need+=(npm)
-# The web UI's browser tests drive Debian's chromium headless (server).
-[ -x /usr/bin/chromium ] || need+=(chromium)
+
+if [ "$mode" = test ]; then
+	# Tests use pkill (procps) and dpkg-deb (dpkg), and build templates
+	# with both bootstrappers when they can.
+	have pkill || need+=(procps)
+	have dpkg-deb || need+=(dpkg)
+	have mmdebstrap || need+=(mmdebstrap)
+	have debootstrap || need+=(debootstrap)
+	# The agent's end-to-end test runs pytest inside a sandbox on the host
+	# template, which sees the host's /usr.
+	/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
+	# The MCP adapter's tests run a real npm MCP server with node; the E2B
+	# and Agents SDK tests run the SDKs with node.
+	have node || need+=(nodejs)
+	have npm || need+=(npm)
+	# The web UI's browser tests drive Debian's chromium headless (server).
+	[ -x /usr/bin/chromium ] || need+=(chromium)
+fi
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
@@ -42,6 +66,8 @@ if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
 fi
 command -v go >/dev/null || { echo "deps: Go 1.26 is required (expected at /usr/local/go)" >&2; exit 1; }
 go mod download
+
+[ "$mode" = test ] || exit 0
 
 # The npm MCP server the MCP adapter's tests run (agent/tool/mcp), in a
 # git-ignored directory of the repo. Pinned so the tests see the same

@@ -131,19 +131,29 @@ func (s *Server) EnsureAdmin(ctx context.Context) (string, error) {
 	if len(keys) > 0 {
 		return "", nil
 	}
-	if _, err := s.cfg.Store.GetTeam(ctx, AdminTeam); errors.Is(err, sandbox.ErrNotFound) {
-		if err := s.cfg.Store.CreateTeam(ctx, store.Team{ID: AdminTeam, Name: "admin", CreatedAt: s.cfg.Now()}); err != nil {
-			return "", err
+	secret, _, err := MintAdminKey(ctx, s.cfg.Store, "admin", s.cfg.Now())
+	return secret, err
+}
+
+// MintAdminKey makes a new admin key named name in st, and the admin team
+// when it is missing, and returns its secret (to show once) and its
+// record. It is the first start's key and `cove key create --admin
+// --data DIR`'s way back in when every admin key is lost: whoever can
+// write the store can do this.
+func MintAdminKey(ctx context.Context, st store.Store, name string, now time.Time) (string, store.APIKey, error) {
+	if _, err := st.GetTeam(ctx, AdminTeam); errors.Is(err, sandbox.ErrNotFound) {
+		if err := st.CreateTeam(ctx, store.Team{ID: AdminTeam, Name: "admin", CreatedAt: now}); err != nil {
+			return "", store.APIKey{}, err
 		}
 	} else if err != nil {
-		return "", err
+		return "", store.APIKey{}, err
 	}
 	secret, hash := NewKeySecret()
-	k := store.APIKey{ID: newID("key-"), TeamID: AdminTeam, Name: "admin", Prefix: secret[:len(KeyPrefix)+6], Hash: hash, Admin: true, CreatedAt: s.cfg.Now()}
-	if err := s.cfg.Store.CreateKey(ctx, k); err != nil {
-		return "", err
+	k := store.APIKey{ID: newID("key-"), TeamID: AdminTeam, Name: name, Prefix: secret[:len(KeyPrefix)+6], Hash: hash, Admin: true, CreatedAt: now}
+	if err := st.CreateKey(ctx, k); err != nil {
+		return "", store.APIKey{}, err
 	}
-	return secret, nil
+	return secret, k, nil
 }
 
 func (s *Server) keyRoutes() {

@@ -40,6 +40,10 @@ type ServeConfig struct {
 	// Admin, when set, is told the first admin key (made on the first
 	// start only) and the server's URL, before it serves.
 	Admin func(key, url string)
+	// Existing, when set, is told the data directory (absolute) when the
+	// store already had keys, so that a start on existing data can say
+	// how to get back in without the admin key.
+	Existing func(dataDir string)
 }
 
 // Serve runs a Cove server until ctx ends, then shuts it down gracefully:
@@ -159,6 +163,10 @@ func (s *running) start(ctx context.Context, cfg *ServeConfig) error {
 	}
 	if admin != "" && cfg.Admin != nil {
 		cfg.Admin(admin, sc.BaseURL)
+	}
+	if admin == "" && cfg.Existing != nil {
+		abs, _ := filepath.Abs(sc.DataDir)
+		cfg.Existing(abs)
 	}
 	if err := s.srv.Reconcile(ctx); err != nil {
 		return err

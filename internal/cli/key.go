@@ -19,8 +19,12 @@ const keyUsage = `Usage:
                                                               --e2b: in E2B's e2b_... form, for E2B_API_KEY)
   cove key ls [--all]                                         list keys (of your team; --all: every team, admin)
   cove key revoke ID                                          revoke a key
+  cove key create [NAME] --admin --data DIR                   lost the admin key: make a new one straight
+                                                              in the store of cove serve --data DIR (root
+                                                              or the owner of DIR, on the server's machine)
 
-They talk to the server in COVE_SERVER with the key in COVE_API_KEY.
+They talk to the server in COVE_SERVER with the key in COVE_API_KEY,
+except create --data, which needs neither.
 `
 
 // keyCmd is `cove key`: API keys on a Cove server.
@@ -29,23 +33,14 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, keyUsage)
 		return ErrUsage
 	}
+	if args[0] == "create" {
+		return keyCreate(ctx, args[1:], stdout, stderr)
+	}
 	c, err := app.APIClient()
 	if err != nil {
 		return err
 	}
 	switch args[0] {
-	case "create":
-		req, err := keyCreateFlags(args[1:], stderr)
-		if err != nil {
-			return err
-		}
-		k, err := c.CreateKey(ctx, req)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s\n", k.Secret)
-		fmt.Fprintf(stderr, "key %s of team %s (shown once; keep it)\n", k.ID, k.Team)
-		return nil
 	case "ls", "list":
 		keys, err := c.Keys(ctx, len(args) > 1 && args[1] == "--all")
 		if err != nil {
@@ -67,33 +62,73 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return ErrUsage
 }
 
-// keyCreateFlags is the request of `cove key create NAME [flags]`.
-func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, error) {
+// keyCreate is `cove key create`: through the server, or with --data
+// straight in a server's store.
+func keyCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	req, data, err := keyCreateFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if data != "" {
+		secret, id, err := app.MintAdminKey(ctx, data, req.Name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", secret)
+		fmt.Fprintf(stderr, "admin key %s (shown once; keep it). To retire the lost one: cove key ls --all, then cove key revoke ID\n", id)
+		return nil
+	}
+	c, err := app.APIClient()
+	if err != nil {
+		return err
+	}
+	k, err := c.CreateKey(ctx, req)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", k.Secret)
+	fmt.Fprintf(stderr, "key %s of team %s (shown once; keep it)\n", k.ID, k.Team)
+	return nil
+}
+
+// keyCreateFlags is the request of `cove key create NAME [flags]`, and
+// --data's directory when given.
+func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, error) {
 	fs := flag.NewFlagSet("key create", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	team := fs.String("team", "", "team of the key (admin)")
 	newTeam := fs.String("new-team", "", "make this team and a key for it (admin)")
 	admin := fs.Bool("admin", false, "an admin key (admin)")
 	e2b := fs.Bool("e2b", false, "a key in E2B's form (e2b_...), for E2B SDKs' E2B_API_KEY")
+	data := fs.String("data", "", "make an admin key straight in the store of cove serve --data DIR (root; no server needed)")
 	name, rest := "", args
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		name, rest = rest[0], rest[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
-		return api.CreateKey{}, ErrUsage
+		return api.CreateKey{}, "", ErrUsage
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	}
+	if *data != "" {
+		if !*admin || *team != "" || *newTeam != "" || *e2b {
+			fmt.Fprint(stderr, "cove key create --data makes admin keys only: add --admin (and no --team, --new-team or --e2b); make other keys through the server with it\n")
+			return api.CreateKey{}, "", ErrUsage
+		}
+		if name == "" {
+			name = "admin-recovered"
+		}
+	}
 	if name == "" {
 		fmt.Fprint(stderr, "cove key create: name the key\n\n"+keyUsage)
-		return api.CreateKey{}, ErrUsage
+		return api.CreateKey{}, "", ErrUsage
 	}
 	req := api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}
 	if *e2b {
 		req.Format = "e2b"
 	}
-	return req, nil
+	return req, *data, nil
 }
 
 // printKeys prints keys as a table.

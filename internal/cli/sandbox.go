@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path"
@@ -350,6 +351,12 @@ func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout,
 	return nil
 }
 
+// plainTerm reports whether t is a terminal type worth passing on: set,
+// not "dumb", and short plain characters (a terminfo name).
+func plainTerm(t string) bool {
+	return t != "" && t != "dumb" && len(t) <= 64 && strings.Trim(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-_") == ""
+}
+
 // execTTY runs a command on a PTY, with our terminal in raw mode and its
 // size followed.
 func execTTY(ctx context.Context, s sandbox.Session, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
@@ -366,6 +373,15 @@ func execTTY(ctx context.Context, s sandbox.Session, req sandbox.ExecRequest) (s
 	}
 	req.PTY = size
 	req.OpenStdin = true
+	// Our terminal's type, as ssh sends it; without one the sandbox's
+	// daemon gives xterm-256color.
+	if t := os.Getenv("TERM"); req.Env["TERM"] == "" && plainTerm(t) {
+		req.Env = maps.Clone(req.Env)
+		if req.Env == nil {
+			req.Env = map[string]string{}
+		}
+		req.Env["TERM"] = t
+	}
 	req.Stderr = nil
 	p, err := s.Start(ctx, req)
 	if err != nil {

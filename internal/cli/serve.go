@@ -21,7 +21,9 @@ const serveUsage = `Usage: cove serve [flags]
 Runs the Cove server: the /v1 API for sandboxes (API keys per team,
 quotas, TTL and idle timeouts, exec streams, files, snapshots, exposed
 ports, usage), over the local runtime, with its records in SQLite in
---data. The first start prints an admin key; keep it.
+--data. The first start prints an admin key; keep it. Lost it? Root on
+this machine makes another from the data directory:
+  cove key create --admin --data DIR
 
 Flags:
 `
@@ -106,6 +108,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Admin: func(key, url string) {
 			fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\nweb UI: %s/ (sign in with that key)\n", url, key, url)
 		},
+		Existing: func(dir string) {
+			fmt.Fprintf(stdout, "existing data in %s: sign in with its admin key (lost it? run as root: cove key create --admin --data %s)\n", dir, shellQuote(dir))
+		},
 	})
 }
 
@@ -174,4 +179,13 @@ func retentionFlag(d time.Duration) time.Duration {
 		return -1 // keep
 	}
 	return d
+}
+
+// shellQuote is s as one shell word: as is when it is plain, else in
+// single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -684,7 +684,11 @@ func parseIDFile(fh io.Reader, passwd bool) *idFile {
 				if len(fields) >= 6 && fields[5] != "" {
 					home = fields[5]
 				}
-				out.users[fields[0]] = &User{Name: fields[0], UID: int(id), GID: int(gid), Home: home, Groups: []uint32{uint32(gid)}}
+				u := &User{Name: fields[0], UID: int(id), GID: int(gid), Home: home, Groups: []uint32{uint32(gid)}}
+				if len(fields) >= 7 {
+					u.Shell = fields[6]
+				}
+				out.users[fields[0]] = u
 			}
 		}
 	}

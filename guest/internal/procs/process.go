@@ -392,7 +392,7 @@ func (m *Manager) start(ctx context.Context, req *pb.StartRequest, user *fsys.Us
 	if err := m.admit(cfg, req.GetTag()); err != nil {
 		return nil, err
 	}
-	cmd, err := m.command(ctx, cfg, user)
+	cmd, err := m.command(ctx, cfg, user, req.Pty != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -441,8 +441,9 @@ func (m *Manager) admit(cfg *pb.ProcessConfig, tag string) error {
 }
 
 // command builds the command of cfg: its program on the sandbox's PATH,
-// its working directory (confined), environment and user.
-func (m *Manager) command(ctx context.Context, cfg *pb.ProcessConfig, user *fsys.User) (*exec.Cmd, error) {
+// its working directory (confined), environment and user; tty is set
+// for a process on a PTY.
+func (m *Manager) command(ctx context.Context, cfg *pb.ProcessConfig, user *fsys.User, tty bool) (*exec.Cmd, error) {
 	cwd := m.cfg.Workdir
 	if wd := fsys.WorkdirOf(ctx); wd != "" {
 		cwd = wd
@@ -457,7 +458,7 @@ func (m *Manager) command(ctx context.Context, cfg *pb.ProcessConfig, user *fsys
 	if fi, err := os.Stat(hostDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("working directory %q does not exist or is not a directory: %w", sandboxDir, sandbox.ErrInvalid)
 	}
-	env := m.processEnv(cfg.Envs, user, sandboxDir)
+	env := m.processEnv(cfg.Envs, user, sandboxDir, tty)
 	path, err := lookPath(cfg.Cmd, env["PATH"])
 	if err != nil {
 		return nil, err
@@ -730,12 +731,15 @@ func lookPath(cmd, pathEnv string) (string, error) {
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// processEnv builds a process's environment: defaults, the daemon's
-// configured env, then the request's.
-func (m *Manager) processEnv(req map[string]string, user *fsys.User, dir string) map[string]string {
+// processEnv builds a process's environment: defaults (a terminal's too
+// when tty is set), the daemon's configured env, then the request's.
+func (m *Manager) processEnv(req map[string]string, user *fsys.User, dir string, tty bool) map[string]string {
 	env := map[string]string{"PATH": defaultPath, "HOME": "/", "LANG": "C.UTF-8"}
 	if user != nil {
 		env["HOME"], env["USER"], env["LOGNAME"] = user.Home, user.Name, user.Name
+	}
+	if tty {
+		m.terminalEnv(env, user)
 	}
 	m.cfg.Env(env)
 	for k, v := range req {
@@ -743,6 +747,39 @@ func (m *Manager) processEnv(req map[string]string, user *fsys.User, dir string)
 	}
 	env["PWD"] = dir
 	return env
+}
+
+// defaultTerm is the TERM of a process on a PTY whose request and
+// daemon set none: what the web terminal (xterm.js-like), E2B's PTY
+// clients and most terminal emulators speak, so clear, colours, less,
+// top and editors work.
+const defaultTerm = "xterm-256color"
+
+// terminalEnv adds to env what an interactive program expects on a
+// terminal: TERM, SHELL (the user's login shell, else bash, else sh),
+// and for a process of the daemon's own user its /etc/passwd name and
+// home. A process without a PTY gets none of this: a pipe is no terminal.
+func (m *Manager) terminalEnv(env map[string]string, user *fsys.User) {
+	env["TERM"] = defaultTerm
+	if user == nil {
+		if user = m.cfg.FS.UserByID(os.Geteuid()); user != nil {
+			env["USER"], env["LOGNAME"] = user.Name, user.Name
+			if m.cfg.FS.Exists(user.Home, true) {
+				env["HOME"] = user.Home
+			}
+		}
+	}
+	env["SHELL"] = "/bin/sh"
+	shells := []string{"/bin/bash"}
+	if user != nil && user.Shell != "" && !strings.HasSuffix(user.Shell, "/nologin") && !strings.HasSuffix(user.Shell, "/false") {
+		shells = []string{user.Shell, "/bin/bash"}
+	}
+	for _, sh := range shells {
+		if m.cfg.FS.Exists(sh, false) {
+			env["SHELL"] = sh
+			return
+		}
+	}
 }
 
 func envList(env map[string]string) []string {
