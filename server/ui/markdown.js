@@ -124,12 +124,17 @@ function startsBlock(line, depth) {
   return !!m && !m.empty && (m.start === null || m.start === 1);
 }
 
+// parseBlocks returns the blocks of lines; out.loose says whether a
+// blank line separates two of them (a list item's, for a loose list).
 function parseBlocks(lines, depth) {
   const out = [];
+  let gap = false;
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
     let m;
+    if (!blank(line) && gap) out.loose = true;
+    gap = blank(line) && out.length > 0;
     if (blank(line)) {
       i++;
     } else if ((m = fenceOpen(line))) {
@@ -173,7 +178,7 @@ function fencedCode(lines, i, f, out) {
 function indentedCode(lines, i, out) {
   const body = [];
   for (; i < lines.length && (indentOf(lines[i]) >= 4 || blank(lines[i])); i++) body.push(lines[i].slice(4));
-  while (body.length && blank(body[body.length - 1])) body.pop();
+  for (; blank(body[body.length - 1]); i--) body.pop(); // trailing blank lines are not code
   out.push(codeBlock(`${body.join('\n')}\n`, ''));
   return i;
 }
@@ -203,7 +208,7 @@ function list(lines, i, depth, out) {
   const first = listMarker(lines[i]);
   const items = [];
   let loose = false;
-  let gap = false; // blank lines after the previous item
+  let gap = 0; // blank lines after the previous item
   while (i < lines.length) {
     const m = listMarker(lines[i]);
     if (!m || m.kind !== first.kind || hr.test(lines[i])) break;
@@ -224,17 +229,14 @@ function list(lines, i, depth, out) {
         break;
       }
     }
-    gap = false;
-    while (body.length > 1 && blank(body[body.length - 1])) {
-      body.pop();
-      gap = true;
-    }
+    for (gap = 0; body.length > 1 && blank(body[body.length - 1]); gap++) body.pop();
     const task = /^\[([ xX])\][ \t]/.exec(body[0]);
     if (task) body[0] = `${task[1] === ' ' ? '\u2610' : '\u2611'} ${body[0].slice(task[0].length)}`;
     const kids = parseBlocks(body, depth + 1);
-    if (kids.length > 1 && body.some(blank)) loose = true;
+    if (kids.loose) loose = true;
     items.push(kids);
   }
+  i -= gap; // the blank lines after the list are not its own
   const lis = items.map((kids) => el('li', null, loose ? kids : kids.flatMap((k) => (k.tag === 'p' ? k.kids : [k]))));
   const ordered = first.start !== null;
   out.push(el(ordered ? 'ol' : 'ul', ordered && first.start !== 1 ? {start: first.start} : null, lis));
