@@ -161,7 +161,7 @@ func TestUIMarkdownRender(t *testing.T) {
 		return b.eval(`(() => { const d = document.createElement('div'); d.append(window.md.renderMarkdown(` + js(src) + `)); return d.innerHTML; })()`)
 	}
 	const ln = ` target="_blank" rel="noopener noreferrer"`
-	const blocked = `<span class="md-blocked" title="a link that is not http(s) or mailto: not a link">`
+	const blocked = `<span class="md-blocked" title="not a link: links here go only to http(s) and mailto addresses">`
 	for _, c := range []struct{ name, src, want string }{
 		{"heading levels", "# One\n###### Six ##", "<h1>One</h1><h6>Six</h6>"},
 		{"not a heading", "#hashtag", "<p>#hashtag</p>"},

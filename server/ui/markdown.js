@@ -596,7 +596,7 @@ function linkNode(image, dest, kids) {
     const alt = plain(kids) || 'image';
     return href ? link(href, dest.title || 'an image, not loaded', [`image: ${alt}`]) : el('span', {class: 'md-blocked'}, [alt]);
   }
-  return href ? link(href, dest.title, kids) : el('span', {class: 'md-blocked', title: 'a link that is not http(s) or mailto: not a link'}, kids);
+  return href ? link(href, dest.title, kids) : el('span', {class: 'md-blocked', title: 'not a link: links here go only to http(s) and mailto addresses'}, kids);
 }
 
 function plain(kids) {
