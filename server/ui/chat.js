@@ -7,6 +7,7 @@ import {api, q, request, sse} from './api.js';
 import {busy, fmtAge, fmtDuration, fmtNum, fmtUSD, h, showError, showNotice, clearError} from './dom.js';
 import {AnsiWriter} from './ansi.js';
 import {download, fileViewer, kindOf} from './files.js';
+import {renderMarkdown} from './markdown.js';
 
 const runPath = (id) => `/v1/runs/${encodeURIComponent(id)}`;
 const stopped = new Set(['idle', 'failed', 'cancelled']);
@@ -322,7 +323,11 @@ export async function runView(ctx, id) {
         assistant().text.append(ev.text || '');
         break;
       case 'message':
-        assistant().text.textContent = ev.text || '';
+        // Streamed as raw text, rendered as Markdown once complete; the
+        // raw text stays for comparing with the final answer.
+        assistant().raw = ev.text || '';
+        bubble.text.classList.add('md');
+        bubble.text.replaceChildren(renderMarkdown(bubble.raw));
         lastMessage = bubble;
         bubble = null;
         break;
@@ -403,10 +408,10 @@ export async function runView(ctx, id) {
           break;
         }
         // The answer replaces the message that carried it.
-        if (lastMessage && ev.output && lastMessage.text.textContent.trim() === ev.output.trim()) lastMessage.remove();
+        if (lastMessage && ev.output && lastMessage.raw.trim() === ev.output.trim()) lastMessage.remove();
         push(h('div', {class: 'event final'},
           h('div', {class: 'head'}, h('strong', {}, ev.error ? 'The agent stopped' : 'Final answer')),
-          ev.output ? h('div', {class: 'text answer'}, ev.output) : null,
+          ev.output ? h('div', {class: 'text answer md'}, renderMarkdown(ev.output)) : null,
           ev.error ? h('p', {class: 'error-text'}, ev.error) : null,
           h('p', {class: 'muted small tokens'}, tokens)));
         break;
