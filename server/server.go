@@ -203,6 +203,7 @@ func (s *Server) routes() {
 	s.snapshotRoutes()
 	s.portRoutes()
 	s.usageRoutes()
+	s.templateRoutes()
 	s.guestRoutes()
 	s.e2b.Routes(s.mux)
 	s.runRoutes()
