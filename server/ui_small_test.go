@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/api"
 )
 
@@ -216,4 +217,48 @@ func burn(secs float64) string {
 	return fmt.Sprintf(`python3 -c 'import time
 while time.process_time() < %g: pass
 print("done")'`, secs)
+}
+
+// TestUsageShowsModels: the usage report and the Usage page show the
+// agent runs' model tokens and cost, per team (another team's runs are
+// not in it) and per day.
+func TestUsageShowsModels(t *testing.T) {
+	model := fake.NewServer(t,
+		fake.Text("done").WithUsage(fake.Usage{InputTokens: 1200, OutputTokens: 34}),
+		fake.Text("theirs").WithUsage(fake.Usage{InputTokens: 5000, OutputTokens: 500}))
+	ts := newTestServer(t, Config{Model: ModelConfig{BaseURL: model.URL, APIKey: "sk-test", DefaultModel: "gpt-5.1"}, OutboundAllow: []string{"127.0.0.1"}})
+	keyA, keyB := ts.teamKey(t, "models-a"), ts.teamKey(t, "models-b")
+	for _, key := range []string{keyA, keyB} {
+		var run api.Run
+		ts.must(t, 201, "POST", "/v1/runs", key, api.CreateRun{Input: "go", Agent: api.RunAgent{Approval: "never"}}, &run)
+		if evs := ts.readEvents(t, key, run.ID, 0, ""); lastStatus(evs) != api.RunIdle {
+			t.Fatalf("run %s did not finish: %+v", run.ID, evs)
+		}
+	}
+	var rep api.UsageReport
+	ts.must(t, 200, "GET", "/v1/usage?by=day", keyA, nil, &rep)
+	m := rep.Models
+	if m == nil || m.Runs != 1 || m.Requests != 1 || m.InputTokens != 1200 || m.OutputTokens != 34 || m.CostUSD <= 0 {
+		t.Fatalf("team A's model use: %+v", m)
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	for _, d := range rep.Days {
+		if d.Models == nil {
+			t.Fatalf("day %s has no model use: %+v", d.Date, d)
+		}
+		if d.Date == today && d.Models.InputTokens != 1200 || d.Date != today && d.Models.Runs != 0 {
+			t.Errorf("day %s: %+v", d.Date, d.Models)
+		}
+	}
+
+	b := newBrowser(t, ts.URL)
+	b.signIn(keyA)
+	b.open("#/usage")
+	b.wait("the model totals", `/1[,. ]?200/.test(`+textOf("#usage-models")+`)`)
+	b.waitText("#usage-models", "$")
+	b.wait("the tokens chart", `document.querySelectorAll('#chart-tokens svg rect.bar').length === 14`)
+	if txt := b.eval(textOf("#usage-models")); strings.Contains(txt, "5,000") || strings.Contains(txt, "5000") {
+		t.Errorf("team A's page shows team B's tokens: %q", txt)
+	}
+	b.screenshot("usage-models")
 }

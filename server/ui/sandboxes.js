@@ -115,7 +115,7 @@ export async function sandboxesView(ctx) {
       h('td', {}, sizeText(sb)),
       h('td', {class: 'age', title: sb.created_at}, fmtAge(sb.created_at)),
       h('td', {class: 'ttl'}, ttlLeft(sb)),
-      h('td', {}, u ? `${fmtNum(u.cpu_seconds, 0)} CPU·s · ${fmtUSD(u.cost_usd)}` : '—'),
+      h('td', {}, u ? `${fmtNum(u.cpu_seconds, 1)} CPU·s · ${fmtUSD(u.cost_usd)}` : '—'),
       h('td', {}, sandboxActions(sb, () => load(true))));
     tr.sandbox = sb;
     return tr;

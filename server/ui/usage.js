@@ -52,7 +52,7 @@ function report(rep) {
   return h('div', {},
     h('dl', {class: 'totals', id: 'usage-totals'},
       total('Sandbox cost', fmtUSD(t.cost_usd)),
-      total('CPU-seconds used', fmtNum(t.cpu_seconds, 0)),
+      total('CPU-seconds used', fmtNum(t.cpu_seconds, 1)),
       total('Memory GiB-seconds', fmtNum(t.memory_gib_secs, 0)),
       total('Disk GiB-hours', fmtNum(t.disk_gib_hours, 2)),
       total('Egress', fmtBytes(t.bytes_out)),
@@ -66,13 +66,13 @@ function report(rep) {
       total('Output tokens', fmtNum(m.output_tokens, 0))),
     h('div', {class: 'charts'},
       chart('Sandbox cost per day (USD)', days, (d) => d.cost_usd, fmtUSD, 'chart-cost'),
-      chart('CPU-seconds used per day', days, (d) => d.cpu_seconds, (x) => fmtNum(x, 0), 'chart-cpu', (x) => fmtNum(x, 2)),
+      chart('CPU-seconds used per day', days, (d) => d.cpu_seconds, (x) => fmtNum(x, 1), 'chart-cpu', (x) => fmtNum(x, 2)),
       chart('Model tokens per day', days, (d) => tokens(d.models), (x) => fmtNum(x, 0), 'chart-tokens'),
       chart('Model cost per day (USD)', days, (d) => (d.models || noModels).cost_usd, fmtUSD, 'chart-model-cost')),
     h('details', {class: 'card'}, h('summary', {}, 'The days as a table'),
       h('div', {class: 'table-wrap'}, h('table', {class: 'list'},
         h('thead', {}, h('tr', {}, ['Day', 'Sandbox cost', 'CPU-seconds', 'Memory GiB-s', 'Disk GiB-h', 'Egress', 'Model tokens', 'Model cost'].map((x) => h('th', {scope: 'col'}, x)))),
-        h('tbody', {}, days.map((d) => h('tr', {}, h('td', {}, d.date), h('td', {}, fmtUSD(d.cost_usd)), h('td', {}, fmtNum(d.cpu_seconds, 0)),
+        h('tbody', {}, days.map((d) => h('tr', {}, h('td', {}, d.date), h('td', {}, fmtUSD(d.cost_usd)), h('td', {}, fmtNum(d.cpu_seconds, 1)),
           h('td', {}, fmtNum(d.memory_gib_secs, 0)), h('td', {}, fmtNum(d.disk_gib_hours, 2)), h('td', {}, fmtBytes(d.bytes_out)),
           h('td', {}, fmtNum(tokens(d.models), 0)), h('td', {}, fmtUSD((d.models || noModels).cost_usd)))))))),
     h('h2', {}, 'Per sandbox'),
@@ -81,7 +81,7 @@ function report(rep) {
         h('thead', {}, h('tr', {}, ['Sandbox', 'Cost', 'CPU-seconds', 'Memory GiB-s', 'Disk GiB-h', 'Egress'].map((x) => h('th', {scope: 'col'}, x)))),
         h('tbody', {}, rep.sandboxes.slice().sort((a, b) => b.cost_usd - a.cost_usd).map((u) => h('tr', {},
           h('td', {}, h('a', {href: `#/sandboxes/${encodeURIComponent(u.sandbox_id)}`}, u.sandbox_id)),
-          h('td', {}, fmtUSD(u.cost_usd)), h('td', {}, fmtNum(u.cpu_seconds, 0)), h('td', {}, fmtNum(u.memory_gib_secs, 0)),
+          h('td', {}, fmtUSD(u.cost_usd)), h('td', {}, fmtNum(u.cpu_seconds, 1)), h('td', {}, fmtNum(u.memory_gib_secs, 0)),
           h('td', {}, fmtNum(u.disk_gib_hours, 2)), h('td', {}, fmtBytes(u.bytes_out))))))));
 }
 
