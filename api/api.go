@@ -333,14 +333,17 @@ type CreateKey struct {
 // Key describes an API key. Secret is set only in the response that made
 // it.
 type Key struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	Team      string     `json:"team"`
-	Prefix    string     `json:"prefix"`
-	Admin     bool       `json:"admin,omitempty"`
-	Secret    string     `json:"secret,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Team      string    `json:"team"`
+	Prefix    string    `json:"prefix"`
+	Admin     bool      `json:"admin,omitempty"`
+	Secret    string    `json:"secret,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// LastUsedAt is when the key last authenticated a request (kept to
+	// the minute); absent if never.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
 }
 
 // Quota is a team's limits on what it runs at once (PUT and GET

@@ -55,8 +55,8 @@ func TestUIBrowserSmall(t *testing.T) {
 			made = k
 		}
 	}
-	if made.ID == "" || !strings.HasPrefix(secret, made.Prefix) {
-		t.Fatalf("the made key is not in the team's list: %+v", keys.Keys)
+	if made.ID == "" || !strings.HasPrefix(secret, made.Prefix) || made.LastUsedAt == nil {
+		t.Fatalf("the made key is not in the team's list, used: %+v", keys.Keys)
 	}
 	b.waitText(`#keys tr[data-id="`+made.ID+`"]`, made.Prefix)
 	b.click("#key-done")

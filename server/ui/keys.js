@@ -27,7 +27,7 @@ export function keysSection(ctx) {
     form, shown,
     sess.admin ? h('label', {class: 'check'}, all, ' Show every team’s keys (admin)') : null,
     h('div', {class: 'table-wrap'}, h('table', {class: 'list', 'aria-label': 'API keys'},
-      h('thead', {}, h('tr', {}, ['Name', 'Key', 'Team', 'Created', 'Status', ''].map((x) => h('th', {scope: 'col'}, x)))),
+      h('thead', {}, h('tr', {}, ['Name', 'Key', 'Team', 'Created', 'Last used', 'Status', ''].map((x) => h('th', {scope: 'col'}, x)))),
       tbody)));
 
   const row = (k) => {
@@ -37,6 +37,7 @@ export function keysSection(ctx) {
       h('td', {}, h('code', {}, `${k.prefix}…`)),
       h('td', {}, k.team),
       h('td', {}, fmtTime(k.created_at)),
+      h('td', {}, k.last_used_at ? fmtTime(k.last_used_at) : 'never'),
       h('td', {}, k.revoked_at ? `revoked ${fmtTime(k.revoked_at)}` : (k.admin ? 'active · admin' : 'active')),
       h('td', {}, k.revoked_at ? '' : confirmButton('Revoke', async () => {
         try {
