@@ -146,7 +146,8 @@ export async function sandboxesView(ctx) {
   // The template field offers the server's templates; any name can
   // still be typed (the server says when it does not know it).
   api('GET', '/v1/templates', {signal}).then((list) => {
-    templates.replaceChildren(...list.templates.map((t) => h('option', {value: t.name})));
+    templates.replaceChildren(...list.templates.map((t) => h('option', {value: t.name},
+      t.created_at ? `made ${fmtAge(t.created_at)} ago` : 'the host’s own system')));
   }).catch(() => {});
   more.addEventListener('click', () => busy(more, 'Loading…', () => load(false)));
   // Ages and TTLs count down without asking the server again.
