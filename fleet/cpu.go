@@ -136,6 +136,25 @@ func (f *Fleet) forgetCPU(id string) {
 	delete(c.pending, id)
 }
 
+// dropCPUExcept forgets the counters of sandboxes keep says no to (one
+// made and deleted between two meter runs was never metered: its CPU
+// read at the delete has no line to go on).
+func (f *Fleet) dropCPUExcept(keep func(id string) bool) {
+	c := &f.cpu
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.marks {
+		if !keep(id) {
+			delete(c.marks, id)
+		}
+	}
+	for id := range c.pending {
+		if !keep(id) {
+			delete(c.pending, id)
+		}
+	}
+}
+
 // spreadCPU sets the CPU-seconds of parts (a sandbox's use over
 // consecutive intervals) to used, shared among the running parts by
 // their length; with no running part, the first part has it all (CPU

@@ -81,6 +81,7 @@ func (m *meter) run(ctx context.Context, recs []store.Sandbox, now time.Time, fo
 			m.forget(id)
 		}
 	}
+	m.f.dropCPUExcept(func(id string) bool { return present[id] })
 }
 
 // load finds where the recorded usage of sandboxes new to this meter
