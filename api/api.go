@@ -284,6 +284,9 @@ type UsageReport struct {
 	// Days is the team's use per UTC day (asked for with by=day), each
 	// day cut to [From, To).
 	Days []UsageDay `json:"days,omitempty"`
+	// Models is the team's agent runs' model use (runs made in the
+	// period); not in Total, which is the sandboxes'.
+	Models *ModelUsage `json:"models,omitempty"`
 }
 
 // UsageDay is one UTC day of a UsageReport.
@@ -295,9 +298,15 @@ type UsageDay struct {
 	BytesIn       int64   `json:"bytes_in"`
 	BytesOut      int64   `json:"bytes_out"`
 	CostUSD       float64 `json:"cost_usd"`
+	// Models is the model use of the runs made that day.
+	Models *ModelUsage `json:"models,omitempty"`
 }
 
 // SandboxUsage is the metered use of one sandbox (or the total).
+// CPUSeconds is the CPU time used while running, as the runtime measures
+// it (before, and still on a runtime that cannot measure or a server set
+// to, the CPU limit x running seconds); MemoryGiBSecs the memory limit in
+// GiB x running seconds; DiskGiBHours the disk limit x stopped hours.
 type SandboxUsage struct {
 	SandboxID     string  `json:"sandbox_id,omitempty"`
 	CPUSeconds    float64 `json:"cpu_seconds"`
@@ -324,14 +333,17 @@ type CreateKey struct {
 // Key describes an API key. Secret is set only in the response that made
 // it.
 type Key struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	Team      string     `json:"team"`
-	Prefix    string     `json:"prefix"`
-	Admin     bool       `json:"admin,omitempty"`
-	Secret    string     `json:"secret,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Team      string    `json:"team"`
+	Prefix    string    `json:"prefix"`
+	Admin     bool      `json:"admin,omitempty"`
+	Secret    string    `json:"secret,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// LastUsedAt is when the key last authenticated a request (kept to
+	// the minute); absent if never.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
 }
 
 // Quota is a team's limits on what it runs at once (PUT and GET

@@ -74,6 +74,9 @@ type Config struct {
 	Retention time.Duration
 	// Prices turn usage into cost (Usage).
 	Prices Prices
+	// CPUByAllocation bills CPU by allocation (CPU limit x running
+	// seconds) even when the runtime measures the CPU used (cpu.go).
+	CPUByAllocation bool
 	// Now is the clock (tests move it).
 	Now func() time.Time
 	// Egress vets the git_repo entries of a create's manifest; nil
@@ -123,6 +126,8 @@ type Fleet struct {
 
 	// metrics keeps each sandbox's recent samples (metrics.go).
 	metrics metricRings
+	// cpu holds the reads of sandboxes' CPU counters (cpu.go).
+	cpu cpuCounts
 
 	// createMu serialises quota checks with the creates they admit, and
 	// read-modify-writes of records, in this process (package doc).

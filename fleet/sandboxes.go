@@ -181,6 +181,7 @@ func (f *Fleet) Delete(ctx context.Context, team, id string) error {
 	if err != nil {
 		return err
 	}
+	f.readCPU(ctx, rec) // its last CPU time, before the counter goes
 	return f.remove(ctx, rec.ID)
 }
 
@@ -234,6 +235,7 @@ func (f *Fleet) Pause(ctx context.Context, team, id string) (store.Sandbox, erro
 // noDeadline); rec becomes what was recorded.
 func (f *Fleet) stop(ctx context.Context, rec *store.Sandbox, noDeadline bool) error {
 	f.forgetSession(rec.ID)
+	f.readCPU(ctx, *rec) // its last CPU time, before the counter goes
 	if err := f.cfg.Runtime.Stop(ctx, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return fmt.Errorf("stopping sandbox %s: %w", rec.ID, err)
 	}

@@ -10,15 +10,14 @@ import (
 	"github.com/cove-sandbox/cove/store"
 )
 
-// Metering. A sandbox is billed by the second for what it was given,
-// not for what it used, as hosted sandbox services bill: while running,
-// its CPU limit x seconds (CPUSeconds) and its memory limit in GiB x
-// seconds (MemoryGiBSecs); while stopped, its disk limit in GiB x hours
-// (DiskGiBHours); and the bytes through the API and the port proxy
-// (BytesIn into the sandbox, BytesOut out of it: the egress). Allocation
-// is what a sandbox keeps from others, is known without reading cgroups
-// (which differ by runtime, and are gone once a sandbox is deleted), and
-// makes a bill a user can check: cpus x seconds.
+// Metering. A sandbox is billed by the second: while running, for the
+// CPU time it used (CPUSeconds; see cpu.go: the runtime's measure, or,
+// when the runtime cannot measure or Config.CPUByAllocation says so, its
+// CPU limit x seconds, which is what CPUSeconds meant before) and its
+// memory limit in GiB x seconds (MemoryGiBSecs: what it keeps from
+// others); while stopped, its disk limit in GiB x hours (DiskGiBHours);
+// and the bytes through the API and the port proxy (BytesIn into the
+// sandbox, BytesOut out of it: the egress).
 //
 // Each sandbox's use is one unbroken line of store.Usage intervals from
 // its creation: each starts where the last recorded one ended. The
@@ -82,6 +81,7 @@ func (m *meter) run(ctx context.Context, recs []store.Sandbox, now time.Time, fo
 			m.forget(id)
 		}
 	}
+	m.f.dropCPUExcept(func(id string) bool { return present[id] })
 }
 
 // load finds where the recorded usage of sandboxes new to this meter
@@ -140,17 +140,41 @@ func (m *meter) record(ctx context.Context, rec store.Sandbox, now time.Time, fo
 	parts := split(rec, last, now)
 	in, out := m.f.takeTraffic(rec.ID)
 	parts[len(parts)-1].BytesIn, parts[len(parts)-1].BytesOut = in, out
-	for _, u := range parts {
+	if m.f.measuresCPU() {
+		m.f.readCPU(ctx, rec)
+		running := make([]bool, len(parts))
+		for i, u := range parts {
+			running[i] = runningAt(rec, u.Start)
+		}
+		spreadCPU(parts, running, m.f.takeCPU(rec.ID))
+	}
+	for i, u := range parts {
 		if err := m.f.cfg.Store.AddUsage(ctx, u); err != nil {
 			m.f.log.Error("metering: recording usage", "sandbox", rec.ID, "err", err)
-			// Not lost: the bytes wait for the next try; the time
-			// is still after last.
+			// Not lost: the bytes and CPU wait for the next try;
+			// the time is still after last.
 			m.f.CountIn(rec.ID, u.BytesIn)
 			m.f.CountOut(rec.ID, u.BytesOut)
+			var cpu float64
+			for _, p := range parts[i:] {
+				cpu += p.CPUSeconds
+			}
+			m.f.giveBackCPU(rec.ID, time.Duration(cpu*float64(time.Second)))
 			return
 		}
 		m.last[rec.ID] = u.End
 	}
+}
+
+// runningAt says whether rec was running at t, by the changes split
+// knows (StartedAt, and StoppedAt when it is stopped now).
+func runningAt(rec store.Sandbox, t time.Time) bool {
+	stopped := rec.State != store.StateRunning && !rec.StoppedAt.IsZero() && !rec.StoppedAt.After(t)
+	started := !rec.StartedAt.After(t)
+	if stopped && started {
+		return rec.StartedAt.After(rec.StoppedAt)
+	}
+	return started
 }
 
 // split prices [from, to) for the states rec was in then. The record
@@ -201,6 +225,7 @@ func usageOf(rec store.Sandbox, running bool, from, to time.Time) store.Usage {
 func (m *meter) forget(id string) {
 	delete(m.last, id)
 	delete(m.seen, id)
+	m.f.forgetCPU(id)
 }
 
 // Usage is team's metered use over [from, to) per sandbox (deleted ones

@@ -203,7 +203,7 @@ func (s *Server) getQuota(w http.ResponseWriter, r *http.Request, c *caller) {
 }
 
 func keyView(k store.APIKey) api.Key {
-	return api.Key{ID: k.ID, Name: k.Name, Team: k.TeamID, Prefix: k.Prefix, Admin: k.Admin, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+	return api.Key{ID: k.ID, Name: k.Name, Team: k.TeamID, Prefix: k.Prefix, Admin: k.Admin, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}
 }
 
 // createKey makes a key for the caller's team; an admin may make one for

@@ -62,6 +62,9 @@ type Config struct {
 	MaxBodyBytes, MaxUploadBytes int64
 	// Prices turn usage into cost in GET /v1/usage.
 	Prices Prices
+	// CPUByAllocation bills CPU by allocation (CPU limit x running
+	// seconds) rather than the CPU used (fleet.Config's).
+	CPUByAllocation bool
 	// Now is the clock (tests move it).
 	Now func() time.Time
 	// Model is the model endpoint of agent runs (POST /v1/runs), and
@@ -163,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	fl, err := fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
-		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, Now: cfg.Now,
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, CPUByAllocation: cfg.CPUByAllocation, Now: cfg.Now,
 		Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
 	if err != nil {
 		return nil, err
@@ -203,6 +206,7 @@ func (s *Server) routes() {
 	s.snapshotRoutes()
 	s.portRoutes()
 	s.usageRoutes()
+	s.templateRoutes()
 	s.guestRoutes()
 	s.e2b.Routes(s.mux)
 	s.runRoutes()

@@ -10,4 +10,5 @@ func (s *Server) uiRoutes() {
 	h := ui.Handler()
 	s.mux.Handle("GET /{$}", h)
 	s.mux.Handle("GET /ui/", h)
+	s.mux.Handle("GET /favicon.ico", h)
 }

@@ -15,7 +15,8 @@ func (s *Server) usageRoutes() {
 // query parameters; by default the current calendar month, UTC), per
 // sandbox (deleted ones too) and in total (fleet's Usage). An admin key
 // may ask for another team's with team=. With by=day the report also has
-// the team's use per UTC day, for charts.
+// the team's use per UTC day, for charts. Models is the model use of the
+// team's agent runs made in the period (runs' ModelUsage).
 func (s *Server) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 	q := r.URL.Query()
 	now := s.fleet.Now().UTC()
@@ -55,6 +56,18 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, c *caller) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	models, days, err := s.runs.ModelUsage(r.Context(), team, from, to)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rep.Models = &models
+	for i := range rep.Days {
+		rep.Days[i].Models = days[rep.Days[i].Date]
+		if rep.Days[i].Models == nil {
+			rep.Days[i].Models = &api.ModelUsage{}
+		}
 	}
 	writeJSON(w, http.StatusOK, rep)
 }

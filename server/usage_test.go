@@ -31,7 +31,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 func TestMetering(t *testing.T) {
 	clock := newFakeClock()
 	prices := Prices{CPUSecond: 0.001, MemoryGiBSec: 0.0001, DiskGiBHour: 0.5, EgressGiB: 2}
-	ts := newTestServer(t, Config{Now: clock.Now, Prices: prices})
+	ts := newTestServer(t, Config{Now: clock.Now, Prices: prices, CPUByAllocation: true})
 	keyA, keyB := ts.teamKey(t, "team-a"), ts.teamKey(t, "team-b")
 	t0 := clock.Now()
 	from, to := t0.Add(-time.Hour), t0.Add(24*time.Hour)
@@ -112,7 +112,7 @@ func TestMetering(t *testing.T) {
 // shuts down records what it holds.
 func TestMeteringWrites(t *testing.T) {
 	clock := newFakeClock()
-	ts := newTestServer(t, Config{Now: clock.Now})
+	ts := newTestServer(t, Config{Now: clock.Now, CPUByAllocation: true})
 	key := ts.teamKey(t, "writes")
 	sb := ts.create(t, key, api.CreateSandbox{TTLSeconds: 86400})
 	recorded := func() store.Usage {
@@ -170,7 +170,7 @@ func TestUsageBadRange(t *testing.T) {
 // days add up to the total.
 func TestUsageByDay(t *testing.T) {
 	clock := newFakeClock()
-	ts := newTestServer(t, Config{Now: clock.Now})
+	ts := newTestServer(t, Config{Now: clock.Now, CPUByAllocation: true})
 	key := ts.teamKey(t, "daily")
 	t0 := clock.Now()
 	ts.create(t, key, api.CreateSandbox{CPUs: 1, TTLSeconds: 3 * 86400})

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-//go:embed index.html *.js *.css
+//go:embed index.html *.js *.css favicon.svg
 var files embed.FS
 
 // csp allows the page only its own scripts and styles, the API on the
@@ -28,7 +28,8 @@ var files embed.FS
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; " +
 	"connect-src 'self' ws: wss:; frame-src blob:; object-src blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// Handler serves index.html at "/" and the assets under "/ui/". Each
+// Handler serves index.html at "/", the assets under "/ui/" and the icon
+// at "/favicon.ico". Each
 // file has an ETag of its content, and browsers revalidate it on every
 // load (no-cache): an upgraded binary's files show at once, and an
 // unchanged one costs a 304.
@@ -44,8 +45,13 @@ func Handler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(r.URL.Path, "/ui/")
-		if r.URL.Path == "/" || name == "" {
+		switch {
+		case r.URL.Path == "/" || name == "":
 			name = "index.html"
+		case r.URL.Path == "/favicon.ico":
+			// Browsers ask for it whatever the page links; an SVG
+			// with its own type is shown as the icon.
+			name = "favicon.svg"
 		}
 		etag, ok := etags[name]
 		if !ok {

@@ -62,7 +62,8 @@ function sandboxActions(sb, done) {
 
 export async function sandboxesView(ctx) {
   const {main, signal} = ctx;
-  const template = h('input', {id: 'new-template', name: 'template', placeholder: 'host (the default)', autocomplete: 'off'});
+  const templates = h('datalist', {id: 'new-template-list'});
+  const template = h('input', {id: 'new-template', name: 'template', list: 'new-template-list', placeholder: 'host (the default)', autocomplete: 'off'});
   const size = h('select', {id: 'new-size', name: 'size'},
     Object.entries(sizes).map(([name, z]) => h('option', {value: name}, `${name} — ${z.cpus} CPU, ${fmtBytes(z.memory)}, ${fmtBytes(z.disk)} disk`)));
   const ttl = h('select', {id: 'new-ttl', name: 'ttl'},
@@ -70,7 +71,7 @@ export async function sandboxesView(ctx) {
       .map(([v, label]) => h('option', {value: v}, label)));
   const create = h('button', {type: 'submit', class: 'primary', id: 'create'}, 'Create sandbox');
   const form = h('form', {class: 'card row-form', id: 'create-form', 'aria-label': 'Create a sandbox'},
-    h('div', {class: 'field'}, h('label', {for: 'new-template'}, 'Template'), template),
+    h('div', {class: 'field'}, h('label', {for: 'new-template'}, 'Template'), template, templates),
     h('div', {class: 'field'}, h('label', {for: 'new-size'}, 'Size'), size),
     h('div', {class: 'field'}, h('label', {for: 'new-ttl'}, 'Stops after'), ttl),
     h('div', {class: 'field end'}, create));
@@ -114,7 +115,7 @@ export async function sandboxesView(ctx) {
       h('td', {}, sizeText(sb)),
       h('td', {class: 'age', title: sb.created_at}, fmtAge(sb.created_at)),
       h('td', {class: 'ttl'}, ttlLeft(sb)),
-      h('td', {}, u ? `${fmtNum(u.cpu_seconds, 0)} CPU·s · ${fmtUSD(u.cost_usd)}` : '—'),
+      h('td', {}, u ? `${fmtNum(u.cpu_seconds, 1)} CPU·s · ${fmtUSD(u.cost_usd)}` : '—'),
       h('td', {}, sandboxActions(sb, () => load(true))));
     tr.sandbox = sb;
     return tr;
@@ -142,6 +143,12 @@ export async function sandboxesView(ctx) {
     }
   }
   refresh.addEventListener('click', () => busy(refresh, 'Refreshing…', () => load(true)));
+  // The template field offers the server's templates; any name can
+  // still be typed (the server says when it does not know it).
+  api('GET', '/v1/templates', {signal}).then((list) => {
+    templates.replaceChildren(...list.templates.map((t) => h('option', {value: t.name},
+      t.created_at ? `made ${fmtAge(t.created_at)} ago` : 'the host’s own system')));
+  }).catch(() => {});
   more.addEventListener('click', () => busy(more, 'Loading…', () => load(false)));
   // Ages and TTLs count down without asking the server again.
   const tick = setInterval(() => {
@@ -191,7 +198,7 @@ export async function sandboxView(ctx, id) {
         sandboxActions(sb, show)));
     facts.replaceChildren(
       ...fact('Template', sb.template), ...fact('Size', sizeText(sb)), ...fact('Workspace', h('code', {}, sb.root)),
-      ...fact('Created', `${fmtAge(sb.created_at)} ago`), ...fact('TTL left', h('span', {id: 'ttl-left'}, ttlLeft(sb))),
+      ...fact('Created', h('span', {id: 'created-age', title: sb.created_at}, `${fmtAge(sb.created_at)} ago`)), ...fact('TTL left', h('span', {id: 'ttl-left'}, ttlLeft(sb))),
       ...(sb.idle_timeout_seconds ? fact('Idle timeout', fmtDuration(sb.idle_timeout_seconds * 1000)) : []),
       ...fact('On expiry', sb.on_expire));
     renderBody();
@@ -218,6 +225,8 @@ export async function sandboxView(ctx, id) {
   const tick = setInterval(() => {
     const el = document.getElementById('ttl-left');
     if (el) el.textContent = ttlLeft(sb);
+    const age = document.getElementById('created-age');
+    if (age) age.textContent = `${fmtAge(sb.created_at)} ago`;
   }, 1000);
   ctx.onLeave(() => clearInterval(tick));
 }

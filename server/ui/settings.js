@@ -1,9 +1,11 @@
 // The settings page: the team's secrets, the model keys agent runs use
-// (OPENAI_API_KEY by default). Values go to the server and never come
-// back: the list shows names and when they were set.
+// (OPENAI_API_KEY by default), and its API keys (keys.js). Values go to
+// the server and never come back: the list shows names and when they
+// were set.
 
 import {api} from './api.js';
 import {busy, confirmButton, fmtTime, h, showError, showNotice} from './dom.js';
+import {keysSection} from './keys.js';
 
 export async function settingsView(ctx) {
   const {main, signal} = ctx;
@@ -25,6 +27,8 @@ export async function settingsView(ctx) {
       h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Set'), h('th', {}, ''))),
       tbody),
     empty);
+  const keys = keysSection(ctx);
+  main.append(keys);
 
   const load = async () => {
     try {
@@ -59,5 +63,5 @@ export async function settingsView(ctx) {
       }
     });
   });
-  await load();
+  await Promise.all([load(), keys.load()]);
 }

@@ -1,5 +1,6 @@
-// The usage page: the team's metered use per day as two bar charts
-// (inline SVG), the totals, and the use per sandbox.
+// The usage page: the team's metered use per day as bar charts (inline
+// SVG): sandbox cost, CPU used, and the agent runs' model tokens; the
+// totals (sandboxes' and models'), and the use per sandbox.
 
 import {api, q} from './api.js';
 import {busy, fmtBytes, fmtNum, fmtUSD, h, s, showError} from './dom.js';
@@ -41,32 +42,46 @@ export async function usageView(ctx) {
   await load();
 }
 
+const noModels = {runs: 0, requests: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0};
+const tokens = (m) => (m || noModels).input_tokens + (m || noModels).output_tokens;
+
 function report(rep) {
   const t = rep.total;
   const days = rep.days || [];
+  const m = rep.models || noModels;
   return h('div', {},
     h('dl', {class: 'totals', id: 'usage-totals'},
-      total('Cost', fmtUSD(t.cost_usd)),
-      total('CPU-seconds', fmtNum(t.cpu_seconds, 0)),
+      total('Sandbox cost', fmtUSD(t.cost_usd)),
+      total('CPU-seconds used', fmtNum(t.cpu_seconds, 1)),
       total('Memory GiB-seconds', fmtNum(t.memory_gib_secs, 0)),
       total('Disk GiB-hours', fmtNum(t.disk_gib_hours, 2)),
       total('Egress', fmtBytes(t.bytes_out)),
       total('Ingress', fmtBytes(t.bytes_in))),
+    h('h2', {}, 'Agent runs’ models'),
+    h('dl', {class: 'totals', id: 'usage-models'},
+      total('Model cost', m.unpriced_runs ? `${fmtUSD(m.cost_usd)} + ${m.unpriced_runs} unpriced` : fmtUSD(m.cost_usd)),
+      total('Runs', fmtNum(m.runs, 0)),
+      total('Requests', fmtNum(m.requests, 0)),
+      total('Input tokens', fmtNum(m.input_tokens, 0)),
+      total('Output tokens', fmtNum(m.output_tokens, 0))),
     h('div', {class: 'charts'},
-      chart('Cost per day (USD)', days, (d) => d.cost_usd, fmtUSD, 'chart-cost'),
-      chart('CPU-seconds per day', days, (d) => d.cpu_seconds, (x) => fmtNum(x, 0), 'chart-cpu', (x) => fmtNum(x, 2))),
+      chart('Sandbox cost per day (USD)', days, (d) => d.cost_usd, fmtUSD, 'chart-cost'),
+      chart('CPU-seconds used per day', days, (d) => d.cpu_seconds, (x) => fmtNum(x, 1), 'chart-cpu', (x) => fmtNum(x, 2)),
+      chart('Model tokens per day', days, (d) => tokens(d.models), (x) => fmtNum(x, 0), 'chart-tokens'),
+      chart('Model cost per day (USD)', days, (d) => (d.models || noModels).cost_usd, fmtUSD, 'chart-model-cost')),
     h('details', {class: 'card'}, h('summary', {}, 'The days as a table'),
       h('div', {class: 'table-wrap'}, h('table', {class: 'list'},
-        h('thead', {}, h('tr', {}, ['Day', 'Cost', 'CPU-seconds', 'Memory GiB-s', 'Disk GiB-h', 'Egress'].map((x) => h('th', {scope: 'col'}, x)))),
-        h('tbody', {}, days.map((d) => h('tr', {}, h('td', {}, d.date), h('td', {}, fmtUSD(d.cost_usd)), h('td', {}, fmtNum(d.cpu_seconds, 0)),
-          h('td', {}, fmtNum(d.memory_gib_secs, 0)), h('td', {}, fmtNum(d.disk_gib_hours, 2)), h('td', {}, fmtBytes(d.bytes_out)))))))),
+        h('thead', {}, h('tr', {}, ['Day', 'Sandbox cost', 'CPU-seconds', 'Memory GiB-s', 'Disk GiB-h', 'Egress', 'Model tokens', 'Model cost'].map((x) => h('th', {scope: 'col'}, x)))),
+        h('tbody', {}, days.map((d) => h('tr', {}, h('td', {}, d.date), h('td', {}, fmtUSD(d.cost_usd)), h('td', {}, fmtNum(d.cpu_seconds, 1)),
+          h('td', {}, fmtNum(d.memory_gib_secs, 0)), h('td', {}, fmtNum(d.disk_gib_hours, 2)), h('td', {}, fmtBytes(d.bytes_out)),
+          h('td', {}, fmtNum(tokens(d.models), 0)), h('td', {}, fmtUSD((d.models || noModels).cost_usd)))))))),
     h('h2', {}, 'Per sandbox'),
     rep.sandboxes.length === 0 ? h('p', {class: 'muted'}, 'No use in this period.') :
       h('div', {class: 'table-wrap'}, h('table', {class: 'list', id: 'usage-sandboxes'},
         h('thead', {}, h('tr', {}, ['Sandbox', 'Cost', 'CPU-seconds', 'Memory GiB-s', 'Disk GiB-h', 'Egress'].map((x) => h('th', {scope: 'col'}, x)))),
         h('tbody', {}, rep.sandboxes.slice().sort((a, b) => b.cost_usd - a.cost_usd).map((u) => h('tr', {},
           h('td', {}, h('a', {href: `#/sandboxes/${encodeURIComponent(u.sandbox_id)}`}, u.sandbox_id)),
-          h('td', {}, fmtUSD(u.cost_usd)), h('td', {}, fmtNum(u.cpu_seconds, 0)), h('td', {}, fmtNum(u.memory_gib_secs, 0)),
+          h('td', {}, fmtUSD(u.cost_usd)), h('td', {}, fmtNum(u.cpu_seconds, 1)), h('td', {}, fmtNum(u.memory_gib_secs, 0)),
           h('td', {}, fmtNum(u.disk_gib_hours, 2)), h('td', {}, fmtBytes(u.bytes_out))))))));
 }
 

@@ -62,6 +62,7 @@ var Routes = []Route{
 	{Pattern: "DELETE /v1/sandboxes/{id}/ports/{port}", Summary: "Stop exposing a port"},
 	{Pattern: "/p/{id}/{port}/{rest...}", Summary: "Proxy (HTTP and WebSocket) to an exposed port; a private port wants its token in X-Cove-Port-Token or ?cove_token= (then a cookie). Also served by host name {port}-{id}.{domain}", Request: Any, Response: Any, Public: true},
 
+	{Pattern: "GET /v1/templates", Summary: "List the templates a sandbox can be made from (the server's, \"host\" first)", Response: api.TemplateList{}},
 	{Pattern: "GET /v1/usage", Summary: "Metered use and cost of the team's sandboxes", Query: []string{"from: RFC 3339 (default the start of this month)", "to: RFC 3339 (default now)", "team: another team (admin)", "by: day for the use per UTC day as well (days; at most 400)"}, Response: api.UsageReport{}},
 
 	{Pattern: "POST /v1/runs", Summary: "Start an agent run in a new sandbox (from sandbox/manifest, or a tar as the \"workspace\" part of a multipart/form-data body whose \"run\" part is this JSON) or in sandbox_id; webhook_secret is in this response only", Request: api.CreateRun{}, Response: api.Run{}, Status: 201},
