@@ -136,6 +136,7 @@ func (s *Service) runModel(ctx context.Context, team string, ag api.RunAgent) (a
 	// only under the outbound policy.
 	spec.HTTPClient = s.egress.Client()
 	if base == own {
+		ownSettings(&spec, named)
 		spec.HTTPClient = s.cfg.Model.HTTPClient
 		if spec.APIKey == "" {
 			spec.APIKey = s.cfg.Model.APIKey
@@ -158,6 +159,7 @@ func (s *Service) runModel(ctx context.Context, team string, ag api.RunAgent) (a
 		msg := err.Error()
 		if base == own {
 			msg = strings.ReplaceAll(msg, own, ownModelName)
+			return nil, invalid("the server's model: %s", msg)
 		}
 		return nil, invalid("the run's model: %s (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", msg)
 	}
