@@ -213,18 +213,19 @@ export async function runView(ctx, id) {
     meta, timeline, artifactBox, followForm);
 
   // The header follows the run: usage events after each model call, the
-  // elapsed time of the current turn ticking while it works.
+  // time the agent worked (its segments, summed) ticking while it works.
   let usedModel = '';
   const elapsed = h('dd', {id: 'run-elapsed'});
   let segStart = Date.parse(run.created_at);
   let segEnd = run.finished_at ? Date.parse(run.finished_at) : null;
   let evStatus = ''; // the status the log last said
+  let worked = 0; // ms the agent worked in the segments before the current one
   const started = h('dd', {title: run.created_at, id: 'run-started'});
   const showElapsed = () => {
     started.textContent = `${fmtAge(run.created_at)} ago`;
-    const end = run.status === 'running' || segEnd === null ? Date.now() : segEnd;
-    const ms = Math.max(0, end - segStart);
-    elapsed.textContent = ms < 60000 ? `${Math.floor(ms / 1000)} s` : fmtDuration(ms);
+    const working = run.status === 'running' || segEnd === null;
+    const ms = worked + Math.max(0, (working ? Date.now() : segEnd) - segStart);
+    elapsed.textContent = working && ms < 60000 ? `${Math.floor(ms / 1000)} s` : fmtDuration(ms);
   };
   const ticker = setInterval(() => {
     showElapsed();
@@ -472,8 +473,12 @@ export async function runView(ctx, id) {
         onUsage(ev);
         break;
       case 'run_status': {
-        if (ev.time && ev.status === 'running' && evStatus !== 'running') segStart = Date.parse(ev.time);
-        else if (ev.time && ev.status !== 'running') segEnd = Date.parse(ev.time);
+        if (ev.time && ev.status === 'running' && evStatus !== 'running') {
+          if (evStatus) worked += Math.max(0, segEnd - segStart);
+          segStart = Date.parse(ev.time);
+        } else if (ev.time && ev.status !== 'running') {
+          segEnd = Date.parse(ev.time);
+        }
         evStatus = ev.status;
         setStatus(ev.status);
         showElapsed();
