@@ -251,9 +251,9 @@ func (rn *running) loop(ctx context.Context) (*Result, error) {
 			return rn.finish("", err)
 		}
 		st.Usage = st.Usage.Add(resp.Usage)
-		rn.emitUsage()
 		st.Items = append(st.Items, resp.Output...)
 		calls, text := rn.read(resp)
+		rn.emitUsage()
 		if len(calls) == 0 {
 			return rn.answered(ctx, text)
 		}

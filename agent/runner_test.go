@@ -340,7 +340,7 @@ func TestRunStreamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []agent.EventType{agent.EventRunStarted, agent.EventTurnStarted, agent.EventUsage, agent.EventToolCallStarted, agent.EventToolCallFinished,
-		agent.EventTurnStarted, agent.EventTextDelta, agent.EventUsage, agent.EventMessage, agent.EventRunFinished}
+		agent.EventTurnStarted, agent.EventTextDelta, agent.EventMessage, agent.EventUsage, agent.EventRunFinished}
 	if diff := cmp.Diff(want, types); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
