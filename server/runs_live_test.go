@@ -109,3 +109,18 @@ func TestModelInfo(t *testing.T) {
 		t.Errorf("with the team's secret: %+v", info)
 	}
 }
+
+// TestRunFailureNamesServerSettings: a run at the server's own endpoint
+// refused for its key says where the server's key is set, not a CLI flag.
+func TestRunFailureNamesServerSettings(t *testing.T) {
+	model := fake.NewServer(t, fake.Error(401, "bad key").Forever())
+	ts := newTestServer(t, Config{Model: ModelConfig{BaseURL: model.URL, APIKey: "sk-wrong", DefaultModel: "test-model"}})
+	key := ts.teamKey(t, "alpha")
+	var run api.Run
+	ts.must(t, 201, "POST", "/v1/runs", key, api.CreateRun{Input: "hi", Agent: api.RunAgent{Approval: "never"}}, &run)
+	ts.readEvents(t, key, run.ID, 0, "")
+	ts.must(t, 200, "GET", "/v1/runs/"+run.ID, key, nil, &run)
+	if run.Status != api.RunFailed || !strings.Contains(run.Error, "cove serve's environment") || strings.Contains(run.Error, "--base-url") {
+		t.Errorf("run %s: %q; want failed, naming OPENAI_API_KEY in cove serve's environment", run.Status, run.Error)
+	}
+}
