@@ -25,6 +25,13 @@ var DefaultPrices = map[string]Price{
 	"gpt-4o-mini":  {Input: 0.15, CachedInput: 0.075, Output: 0.60},
 	"o3":           {Input: 2, CachedInput: 0.50, Output: 8},
 	"o4-mini":      {Input: 1.10, CachedInput: 0.275, Output: 4.40},
+
+	// The 5.1 family's variants, so a server's default among them has
+	// a cost.
+	"gpt-5.1-codex":       {Input: 1.25, CachedInput: 0.125, Output: 10},
+	"gpt-5.1-codex-mini":  {Input: 0.25, CachedInput: 0.025, Output: 2},
+	"gpt-5.1-chat-latest": {Input: 1.25, CachedInput: 0.125, Output: 10},
+	"gpt-5-chat-latest":   {Input: 1.25, CachedInput: 0.125, Output: 10},
 }
 
 // Cost estimates what usage of model cost in USD, looking model up in

@@ -253,6 +253,7 @@ func (rn *running) loop(ctx context.Context) (*Result, error) {
 		st.Usage = st.Usage.Add(resp.Usage)
 		st.Items = append(st.Items, resp.Output...)
 		calls, text := rn.read(resp)
+		rn.emitUsage()
 		if len(calls) == 0 {
 			return rn.answered(ctx, text)
 		}
@@ -262,6 +263,17 @@ func (rn *running) loop(ctx context.Context) (*Result, error) {
 			return rn.finish("", nil)
 		}
 	}
+}
+
+// emitUsage tells the caller what the run used so far, after each model
+// call: a live display or a record need not wait for the run to stop.
+func (rn *running) emitUsage() {
+	u := rn.st.Usage
+	ev := Event{Type: EventUsage, Usage: &u, Model: rn.a.Model.Name()}
+	if c, ok := Cost(ev.Model, u, rn.cfg.Prices); ok {
+		ev.Cost = &c
+	}
+	rn.em.emit(ev)
 }
 
 // read sorts a response's output into the tool calls to answer and the

@@ -339,8 +339,8 @@ func TestRunStreamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []agent.EventType{agent.EventRunStarted, agent.EventTurnStarted, agent.EventToolCallStarted, agent.EventToolCallFinished,
-		agent.EventTurnStarted, agent.EventTextDelta, agent.EventMessage, agent.EventRunFinished}
+	want := []agent.EventType{agent.EventRunStarted, agent.EventTurnStarted, agent.EventUsage, agent.EventToolCallStarted, agent.EventToolCallFinished,
+		agent.EventTurnStarted, agent.EventTextDelta, agent.EventMessage, agent.EventUsage, agent.EventRunFinished}
 	if diff := cmp.Diff(want, types); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}

@@ -132,6 +132,7 @@ const (
 	EventApprovalRequested EventType = "approval_requested"
 	EventRunFinished       EventType = "run_finished"
 	EventError             EventType = "error"
+	EventUsage             EventType = "usage" // after each model call: Usage so far, Cost, Model
 )
 
 // Event is one step of a run, streamed to the caller and written as one
@@ -172,7 +173,10 @@ type Event struct {
 	// Approval (approval_requested).
 	Approval *Approval `json:"approval,omitempty"`
 
-	// Run outcome (run_finished).
+	// Model is the model called (usage).
+	Model string `json:"model,omitempty"`
+
+	// Run outcome (run_finished); Usage and Cost also on usage.
 	Output string   `json:"output,omitempty"`
 	Usage  *Usage   `json:"usage,omitempty"`
 	Cost   *float64 `json:"cost_usd,omitempty"`

@@ -136,6 +136,7 @@ func (s *Service) runModel(ctx context.Context, team string, ag api.RunAgent) (a
 	// only under the outbound policy.
 	spec.HTTPClient = s.egress.Client()
 	if base == own {
+		ownSettings(&spec, named)
 		spec.HTTPClient = s.cfg.Model.HTTPClient
 		if spec.APIKey == "" {
 			spec.APIKey = s.cfg.Model.APIKey
@@ -158,6 +159,7 @@ func (s *Service) runModel(ctx context.Context, team string, ag api.RunAgent) (a
 		msg := err.Error()
 		if base == own {
 			msg = strings.ReplaceAll(msg, own, ownModelName)
+			return nil, invalid("the server's model: %s", msg)
 		}
 		return nil, invalid("the run's model: %s (a team sets its key with PUT /v1/secrets/OPENAI_API_KEY; the server's own comes from OPENAI_API_KEY where cove serve runs)", msg)
 	}
@@ -211,18 +213,30 @@ func (m tenantModel) failure(err error) error {
 		msg = fmt.Sprintf("cannot reach the model at %s: %s", m.shown, refused.Error())
 	case status != 0:
 		msg = fmt.Sprintf("calling model %q at %s: HTTP %d %s", re.ModelName(), m.shown, status, http.StatusText(status))
-		switch status {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			msg += "; check the run's API key (agent.api_key_secret)"
-		case http.StatusNotFound:
-			msg += "; check the model name and agent.base_url"
-		}
+		msg += m.hint(status)
 	case errors.Is(err, context.DeadlineExceeded):
 		msg = fmt.Sprintf("calling model %q at %s: no answer in time", re.ModelName(), m.shown)
 	default:
 		msg = fmt.Sprintf("calling model %q at %s: the call failed", re.ModelName(), m.shown)
 	}
 	return &tenantError{msg: msg + " (the server's log has the details under reference " + ref + ")", err: err}
+}
+
+// hint says where to fix a call refused with status: the server's
+// settings for its own endpoint, the run's for one it named.
+func (m tenantModel) hint(status int) string {
+	own := m.shown == ownModelName
+	switch {
+	case (status == http.StatusUnauthorized || status == http.StatusForbidden) && own:
+		return "; check the key: OPENAI_API_KEY in cove serve's environment, or the team secret OPENAI_API_KEY (or the run's agent.api_key_secret)"
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return "; check the run's API key (agent.api_key_secret)"
+	case status == http.StatusNotFound && own:
+		return "; check the model name (the run's agent.model, or cove serve's --model) and cove serve's --model-base-url"
+	case status == http.StatusNotFound:
+		return "; check the model name and agent.base_url"
+	}
+	return ""
 }
 
 // tenantError is an error with a message fit for the tenant; errors.Is

@@ -30,8 +30,13 @@ func (s *Service) Create(ctx context.Context, team string, req api.CreateRun, wo
 	}
 	// The agent is built now so a bad model, key or option is refused
 	// before any sandbox is made.
-	if _, err := s.runAgent(ctx, team, req.Agent); err != nil {
+	a, err := s.runAgent(ctx, team, req.Agent)
+	if err != nil {
 		return api.Run{}, err
+	}
+	if req.Agent.Model == "" {
+		// The run records the model it uses, never "the server's default".
+		req.Agent.Model = a.Model.Name()
 	}
 	sandboxID, made, err := s.sandboxFor(ctx, team, req, workspace)
 	if err != nil {

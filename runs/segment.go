@@ -99,6 +99,9 @@ func (s *Service) runSegment(ctx context.Context, lr *liveRun, do segment) (*age
 				e.Error = s.cfg.Redact(e.Error)
 			}
 			lr.emit(runEvent{Event: e})
+			if e.Type == agent.EventUsage {
+				s.noteUsage(ctx, lr, e)
+			}
 		},
 		OnCheckpoint: func(st *agent.RunState) { s.checkpoint(ctx, lr, st) },
 	}
@@ -230,6 +233,9 @@ func (s *Service) recoverRun(rec store.Run) {
 		return
 	}
 	st.Abandon("the server restarted while it ran")
+	lr.mu.Lock()
+	keepUsage(st, lr.sum)
+	lr.mu.Unlock()
 	text := fmt.Sprintf("the server restarted; the run goes on from turn %d", st.Turn)
 	s.log.Info("resuming run after restart", "run", rec.ID, "turn", st.Turn)
 	if err := s.launch(lr, text, goOn(st, "")); err != nil {

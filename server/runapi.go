@@ -30,6 +30,7 @@ func (s *Server) runRoutes() {
 	s.handle("POST /v1/runs/{id}/messages", s.messageRun)
 	s.handle("POST /v1/runs/{id}/cancel", s.cancelRun)
 	s.handle("DELETE /v1/runs/{id}", s.deleteRun)
+	s.handle("GET /v1/model", s.modelInfo)
 }
 
 func (s *Server) secretRoutes() {

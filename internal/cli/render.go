@@ -79,6 +79,9 @@ func (r *renderer) event(e agent.Event) {
 		}
 		return
 	}
+	if e.Type == agent.EventUsage {
+		return // the totals show at run_finished
+	}
 	if e.Type != agent.EventTextDelta && e.Type != agent.EventMessage && r.inText {
 		r.inText = false
 		r.newline()

@@ -51,6 +51,9 @@ export async function chatView(ctx) {
   task.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) form.requestSubmit();
   });
+  const remembered = savedSettingsLine(form, {model, baseURL, apiKind, secret, approval, instructions});
+  form.insertBefore(remembered, form.querySelector('details.settings'));
+  const modelNotice = h('div', {id: 'model-notice', hidden: true});
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const input = task.value.trim();
@@ -81,7 +84,16 @@ export async function chatView(ctx) {
     h('thead', {}, h('tr', {}, ['Run', 'Status', 'Task', 'Sandbox', 'Started', 'Cost'].map((t) => h('th', {scope: 'col'}, t)))), tbody);
   const none = h('p', {class: 'muted', hidden: true}, 'No runs yet.');
   const more = h('button', {type: 'button', hidden: true}, 'Load more');
-  main.append(h('h1', {}, 'Chat with an agent'), form, h('h2', {}, 'Past runs'), h('div', {class: 'table-wrap'}, table), none, more);
+  main.append(h('h1', {}, 'Chat with an agent'), modelNotice, form, h('h2', {}, 'Past runs'), h('div', {class: 'table-wrap'}, table), none, more);
+
+  // Whether runs have a model, said before Start rather than by a failed run.
+  api('GET', '/v1/model', {signal}).then((info) => {
+    if (info.configured) {
+      model.placeholder = `${info.model} (the server's default)`;
+      return;
+    }
+    modelNotice.replaceWith(noModelCard(info));
+  }).catch((e) => e.name !== 'AbortError' && showError(e, 'Asking the server about its model'));
 
   // The workspaces: the team's running sandboxes.
   api('GET', '/v1/sandboxes?state=running&limit=200', {signal}).then((list) => {
@@ -119,6 +131,58 @@ export async function chatView(ctx) {
   if (!params.get('sandbox')) task.focus();
 }
 
+// sentence is text with a capital first letter and a full stop.
+const sentence = (t) => t.charAt(0).toUpperCase() + t.slice(1) + (/[.!?]$/.test(t) ? '' : '.');
+
+// noModelCard says that runs have no model, and the ways to fix it on
+// this server (GET /v1/model's fix list: "what to do: the command").
+function noModelCard(info) {
+  const fixes = (info.fix || []).map((f) => {
+    const i = f.indexOf(': ');
+    return h('li', {}, i < 0 ? f : [f.slice(0, i + 2), h('code', {}, f.slice(i + 2))]);
+  });
+  return h('div', {class: 'card problem', id: 'no-model', role: 'alert'},
+    h('h2', {}, 'No model is configured for agent runs'),
+    h('p', {}, sentence(info.problem || 'this server has no model for agent runs')),
+    h('p', {}, 'To fix it:'), h('ul', {}, fixes),
+    h('p', {}, h('a', {href: '#/settings'}, 'Open the Settings page'), ' to save a team secret, or give your own model server under Agent settings below.'));
+}
+
+// savedSettingsLine shows the agent settings the form took from the last
+// run (they are remembered in this browser), with a way to change them
+// or go back to the server's defaults: never reused unseen.
+function savedSettingsLine(form, f) {
+  const text = h('span', {id: 'saved-settings-text'});
+  const change = h('button', {type: 'button', class: 'link', id: 'saved-settings-change'}, 'Change');
+  const reset = h('button', {type: 'button', class: 'link', id: 'saved-settings-reset'}, 'Use the defaults');
+  const line = h('p', {class: 'saved-settings', id: 'saved-settings', hidden: true}, text, ' ', change, ' ', reset);
+  const describe = () => {
+    const parts = [];
+    if (f.model.value.trim()) parts.push(`model ${f.model.value.trim()}`);
+    if (f.baseURL.value.trim()) parts.push(`model server ${f.baseURL.value.trim()}`);
+    if (f.apiKind.value) parts.push(`${f.apiKind.value} API`);
+    if (f.secret.value.trim()) parts.push(`key from the secret ${f.secret.value.trim()}`);
+    if (f.approval.value !== 'risky') parts.push(`ask before: ${f.approval.value === 'all' ? 'every call' : 'never'}`);
+    if (f.instructions.value.trim()) parts.push('your own instructions');
+    line.hidden = parts.length === 0;
+    text.textContent = `Using your last settings: ${parts.join(', ')}.`;
+  };
+  change.addEventListener('click', () => {
+    const d = form.querySelector('details.settings');
+    d.open = true;
+    f.model.focus();
+  });
+  reset.addEventListener('click', () => {
+    for (const el of [f.model, f.baseURL, f.apiKind, f.secret, f.instructions]) el.value = '';
+    f.approval.value = 'risky';
+    localStorage.removeItem(settingsKey);
+    describe();
+  });
+  for (const el of Object.values(f)) el.addEventListener('input', describe);
+  describe();
+  return line;
+}
+
 // ---- one run ----
 
 export async function runView(ctx, id) {
@@ -149,14 +213,44 @@ export async function runView(ctx, id) {
     h('div', {class: 'title-row'}, h('h1', {}, `Run ${run.id} `, badge), h('span', {class: 'actions'}, h('a', {class: 'button', href: '#/chat'}, 'New task'), cancel)),
     meta, timeline, artifactBox, followForm);
 
+  // The header follows the run: usage events after each model call, the
+  // time the agent worked (its segments, summed) ticking while it works.
+  let usedModel = '';
+  const elapsed = h('dd', {id: 'run-elapsed'});
+  let segStart = Date.parse(run.created_at);
+  let segEnd = run.finished_at ? Date.parse(run.finished_at) : null;
+  let evStatus = ''; // the status the log last said
+  let worked = 0; // ms the agent worked in the segments before the current one
+  const started = h('dd', {title: run.created_at, id: 'run-started'});
+  const showElapsed = () => {
+    started.textContent = `${fmtAge(run.created_at)} ago`;
+    const working = run.status === 'running' || segEnd === null;
+    const ms = worked + Math.max(0, (working ? Date.now() : segEnd) - segStart);
+    elapsed.textContent = working && ms < 60000 ? `${Math.floor(ms / 1000)} s` : fmtDuration(ms);
+  };
+  const ticker = setInterval(() => {
+    showElapsed();
+  }, 1000);
+  ctx.onLeave(() => clearInterval(ticker));
   const showMeta = () => {
     const u = run.usage || {};
+    const cost = run.cost_usd !== undefined && run.cost_usd !== null ? fmtUSD(run.cost_usd) : u.requests ? 'unknown for this model' : '—';
     meta.replaceChildren(
       h('dt', {}, 'Workspace'), h('dd', {}, run.sandbox_id ? h('a', {href: `#/sandboxes/${encodeURIComponent(run.sandbox_id)}`}, run.sandbox_id) : '—'),
-      h('dt', {}, 'Model'), h('dd', {}, run.agent?.model || 'server default'),
-      h('dt', {}, 'Tokens'), h('dd', {id: 'run-tokens'}, `${fmtNum(u.input_tokens || 0, 0)} in${u.cached_tokens ? ` (${fmtNum(u.cached_tokens, 0)} cached)` : ''} · ${fmtNum(u.output_tokens || 0, 0)} out · ${u.requests || 0} requests`),
-      h('dt', {}, 'Cost'), h('dd', {id: 'run-cost'}, run.cost_usd !== undefined && run.cost_usd !== null ? fmtUSD(run.cost_usd) : 'unknown for this model'),
-      h('dt', {}, 'Started'), h('dd', {title: run.created_at}, `${fmtAge(run.created_at)} ago`));
+      h('dt', {}, 'Model'), h('dd', {id: 'run-model'}, run.agent?.model || usedModel || '—'),
+      h('dt', {}, 'Tokens'), h('dd', {id: 'run-tokens'}, `${fmtNum(u.input_tokens || 0, 0)} in${u.cached_tokens ? ` (${fmtNum(u.cached_tokens, 0)} cached)` : ''} · ${fmtNum(u.output_tokens || 0, 0)} out · ${u.requests || 0} request${u.requests === 1 ? '' : 's'}`),
+      h('dt', {}, 'Cost'), h('dd', {id: 'run-cost'}, cost),
+      h('dt', {}, 'Elapsed'), elapsed,
+      h('dt', {}, 'Started'), started);
+    showElapsed();
+  };
+  const onUsage = (ev) => {
+    const u = ev.usage || {};
+    run.usage = {requests: u.requests || 0, input_tokens: u.input_tokens || 0, cached_tokens: u.cached_input_tokens || 0,
+      output_tokens: u.output_tokens || 0, reasoning_tokens: u.reasoning_tokens || 0};
+    run.cost_usd = ev.cost_usd ?? null;
+    if (ev.model) usedModel = ev.model;
+    showMeta();
   };
   const setStatus = (status) => {
     run.status = status;
@@ -380,8 +474,19 @@ export async function runView(ctx, id) {
         push(card);
         break;
       }
+      case 'usage':
+        onUsage(ev);
+        break;
       case 'run_status': {
+        if (ev.time && ev.status === 'running' && evStatus !== 'running') {
+          if (evStatus) worked += Math.max(0, segEnd - segStart);
+          segStart = Date.parse(ev.time);
+        } else if (ev.time && ev.status !== 'running') {
+          segEnd = Date.parse(ev.time);
+        }
+        evStatus = ev.status;
         setStatus(ev.status);
+        showElapsed();
         if (ev.status !== 'running') settle();
         if (ev.status !== 'waiting') {
           // Calls decided earlier (or by another client) are not open.

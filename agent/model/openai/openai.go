@@ -160,7 +160,11 @@ func New(cfg Config) (*Model, error) {
 	}
 	key := firstNonEmpty(cfg.APIKey, env("OPENAI_API_KEY"))
 	if key == "" && m.isOpenAI {
-		return nil, errNoAPIKey
+		if cfg.KeySetting == "" && cfg.BaseURLSetting == "" {
+			return nil, errNoAPIKey
+		}
+		// A server names its own settings: never the CLI's.
+		return nil, fmt.Errorf("no API key for OpenAI's API: set %s, or point %s at an OpenAI-compatible server", m.keySetting, m.urlSetting)
 	}
 	m.api = cfg.API
 	switch {

@@ -73,6 +73,7 @@ var Routes = []Route{
 	{Pattern: "POST /v1/runs/{id}/messages", Summary: "Send a follow-up: the run goes on in the same sandbox with the conversation so far", Request: api.RunMessage{}, Response: api.Run{}},
 	{Pattern: "DELETE /v1/runs/{id}", Summary: "Delete a run that is not working, with its log (its sandbox stays)"},
 	{Pattern: "POST /v1/runs/{id}/cancel", Summary: "Cancel a working or waiting run (its running command is killed); a message goes on from there", Response: api.Run{}},
+	{Pattern: "GET /v1/model", Summary: "The model the team's runs use when they name no endpoint, and whether one is configured (with the ways to fix it when not); no key or address is shown", Response: api.ModelInfo{}},
 	{Pattern: "PUT /v1/secrets/{name}", Summary: "Set a team secret (a model API key, e.g. OPENAI_API_KEY), sealed by the server and never returned", Request: api.SetSecret{}, Response: api.Secret{}},
 	{Pattern: "GET /v1/secrets", Summary: "List the team's secrets (names only)", Response: api.SecretList{}},
 	{Pattern: "DELETE /v1/secrets/{name}", Summary: "Delete a team secret"},
