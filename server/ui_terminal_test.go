@@ -102,8 +102,11 @@ func TestUIBrowserTerminal(t *testing.T) {
 	b.screenshot("terminal-less")
 	tm.keys(kb.ArrowDown)
 	tm.waitRows("less one line down", `rows[0] === '2'`)
+	// The wheel on the alternate screen sends three arrows.
+	b.eval(`document.querySelector('#terminal').dispatchEvent(new WheelEvent('wheel', {deltaY: 120, bubbles: true, cancelable: true}))`)
+	tm.waitRows("less three lines down by the wheel", `rows[0] === '5'`)
 	tm.keys(kb.PageDown)
-	tm.waitRows("less one page down", `rows[0] === `+js(strconv.Itoa(len(rows)+1)))
+	tm.waitRows("less one page down", `rows[0] === `+js(strconv.Itoa(len(rows)+4)))
 	tm.keys("G")
 	tm.waitRows("less at the end", `rows[rows.length - 2] === '200' && rows[rows.length - 1].includes('(END)')`)
 	tm.keys("q")

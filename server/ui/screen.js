@@ -105,7 +105,8 @@ export class Screen {
     this.bracketedPaste = false;
     this.g = ['B', 'B'];
     this.gl = 0;
-    this.last = null;
+    this.lastCh = null; // the last character printed, for REP
+    this.lastCp = 0;
     this.resetTabs();
   }
   get lines() {
@@ -161,7 +162,8 @@ export class Screen {
   }
   toHistory(line) {
     this.scrolled.push(line);
-    if (this.scrolled.length > scrollbackMax) this.scrolled.shift();
+    // Trimmed in batches: a shift per line costs the whole array.
+    if (this.scrolled.length > 2 * scrollbackMax) this.scrolled.splice(0, this.scrolled.length - scrollbackMax);
   }
   // scrollUp moves rows top..bottom up by n, blank rows coming in at the
   // bottom. Rows leaving the top of the whole main screen go to the
@@ -244,11 +246,38 @@ export class Screen {
     this.put(line, this.c, {ch, st: this.pen, w});
     if (w === 2) this.put(line, this.c + 1, {ch: '', st: this.pen, w: 0});
     line.v++;
-    this.last = [ch, cp];
+    this.lastCh = ch;
+    this.lastCp = cp;
     if (this.c + w >= this.cols) {
       this.c = this.cols - 1;
       this.wrapNext = this.autowrap;
     } else this.c += w;
+  }
+  // printASCII prints s[from:to], printable ASCII, as print would, in
+  // one loop: most output is this.
+  printASCII(s, from, to) {
+    const st = this.pen;
+    for (let i = from; i < to; i++) {
+      if (this.wrapNext) {
+        if (this.autowrap) {
+          this.c = 0;
+          this.index();
+        }
+        this.wrapNext = false;
+      }
+      const line = this.lines[this.r];
+      const cell = {ch: s[i], st, w: 1};
+      const old = line.cells[this.c];
+      if (old && old.w !== 1) this.put(line, this.c, cell);
+      else line.cells[this.c] = cell;
+      line.v++;
+      if (this.c + 1 >= this.cols) {
+        this.c = this.cols - 1;
+        this.wrapNext = this.autowrap;
+      } else this.c++;
+    }
+    this.lastCh = s[to - 1];
+    this.lastCp = s.charCodeAt(to - 1);
   }
   // combine adds a zero-width character (an accent) to the last one.
   combine(ch) {
@@ -302,6 +331,11 @@ export class Screen {
       } else if (code < 0x20 || code === 0x7f) {
         this.control(code);
         i++;
+      } else if (code < 0x7f && !this.insert && this.g[this.gl] !== '0') {
+        let j = i + 1;
+        while (j < s.length && s.charCodeAt(j) >= 0x20 && s.charCodeAt(j) < 0x7f) j++;
+        this.printASCII(s, i, j);
+        i = j;
       } else if (code >= 0x80 && code < 0xa0) {
         i++; // C1 controls as characters: nothing to draw
       } else {
@@ -492,7 +526,7 @@ export class Screen {
       case 'S': this.scrollUp(n(0)); break;
       case 'T': if (a.length <= 1) this.scrollDown(n(0)); break; // five parameters: mouse tracking
       case 'b':
-        if (this.last) for (let i = 0; i < Math.min(n(0), 65535); i++) this.print(this.last[0], this.last[1]);
+        if (this.lastCh) for (let i = 0; i < Math.min(n(0), 65535); i++) this.print(this.lastCh, this.lastCp);
         return true; // printing sets the deferred wrap
       default: return false;
     }
@@ -566,6 +600,7 @@ const ss3Keys = {F1: 'P', F2: 'Q', F3: 'R', F4: 'S'};
 // ctrlChar is what Ctrl with key sends (xterm), or null.
 function ctrlChar(key) {
   if (key === ' ' || key === '@' || key === '2') return '\x00';
+  if (key >= '3' && key <= '7') return String.fromCharCode(key.charCodeAt(0) - 24); // ESC, FS, GS, RS, US
   if (key === '/' || key === '-') return '\x1f';
   if (key === '?' || key === '8') return '\x7f';
   const c = key.toUpperCase().charCodeAt(0);

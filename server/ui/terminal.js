@@ -33,7 +33,7 @@ class View {
       scr.historyCleared = false;
     }
     if (scr.scrolled.length) {
-      this.hist.append(...scr.scrolled.map((l) => this.row(l, '')));
+      this.hist.append(...scr.scrolled.slice(-scrollbackMax).map((l) => this.row(l, '')));
       scr.scrolled = [];
       while (this.hist.childNodes.length > scrollbackMax) this.hist.firstChild.remove();
     }
@@ -193,6 +193,14 @@ export function terminalPanel(ctx, sb) {
     e.preventDefault();
     send(pasteSequence(e.clipboardData.getData('text'), scr && scr.bracketedPaste));
   });
+  // On the alternate screen (less, vi, top) there is nothing to scroll:
+  // the wheel sends arrow keys instead, as xterm's alternateScroll.
+  screen.addEventListener('wheel', (e) => {
+    if (!ws || !scr || !scr.alt || e.deltaY === 0) return;
+    e.preventDefault();
+    const key = e.deltaY < 0 ? 'ArrowUp' : 'ArrowDown';
+    send(keySequence({key}, scr.appCursor).repeat(3));
+  }, {passive: false});
   screen.addEventListener('focus', draw);
   screen.addEventListener('blur', draw);
   // A resize is sent when the window has kept its size for a moment:

@@ -241,6 +241,8 @@ test('keys as xterm sends them', () => {
   assert.equal(k('D', {ctrlKey: true, shiftKey: true}), '\x04');
   assert.equal(k('[', {ctrlKey: true}), ESC);
   assert.equal(k(' ', {ctrlKey: true}), '\x00');
+  assert.equal(k('3', {ctrlKey: true}), ESC);
+  assert.equal(k('7', {ctrlKey: true}), '\x1f');
   assert.equal(k('b', {altKey: true}), ESC + 'b');
   assert.equal(k('q'), 'q');
   assert.equal(k('é'), 'é');
