@@ -90,8 +90,22 @@ func TestUIBrowserTerminal(t *testing.T) {
 	}
 	b.screenshot("terminal-printf")
 
-	// clear empties the screen and the scrollback.
-	tm.keys("seq 1 100; clear\r")
+	// A key typed redraws the cursor's row only: the other rows' elements
+	// stay as they were.
+	b.eval(`document.querySelectorAll('#terminal .term-screen > span').forEach((e) => { e.kept = true; })`)
+	tm.keys("x")
+	tm.waitRows("the key echoed", `rows.filter((r) => r !== '').pop() === '$ x'`)
+	if got, want := b.eval(`[...document.querySelectorAll('#terminal .term-screen > span')].filter((e) => !e.kept).length`), "1"; got != want {
+		t.Errorf("rows drawn again for one key: %s, want %s", got, want)
+	}
+	tm.keys(kb.Backspace)
+	tm.prompted("the key erased")
+
+	// Output scrolls into the scrollback; clear empties the screen and
+	// the scrollback.
+	tm.keys("seq 1 100\r")
+	tm.waitRows("the scrollback", `rows.includes('100') && [...hist.children].some((e) => e.textContent === '1\n')`)
+	tm.keys("clear\r")
 	tm.waitRows("a cleared screen", `rows[0] === '$' && rows.slice(1).every((r) => r === '') && hist.childElementCount === 0`)
 
 	// less: the first page on the alternate screen, the arrow and PgDn
