@@ -89,6 +89,42 @@ function drawLine(cells, cur) {
   return el;
 }
 
+// bindInput sends what is typed, pasted and (on the alternate screen)
+// wheeled on the terminal element el to the shell, as xterm: send writes
+// to the PTY; current is the connection's Screen, null when none.
+function bindInput(el, send, current) {
+  el.addEventListener('keydown', (e) => {
+    const scr = current();
+    if (!scr) return;
+    if (e.ctrlKey && e.key === ']') {
+      el.blur();
+      return;
+    }
+    // Ctrl+Shift+C and V stay the browser's copy and paste.
+    if (e.ctrlKey && e.shiftKey && (e.key === 'C' || e.key === 'V')) return;
+    const s = keySequence(e, scr.appCursor);
+    if (s !== null) {
+      e.preventDefault();
+      send(s);
+    }
+  });
+  el.addEventListener('paste', (e) => {
+    const scr = current();
+    e.preventDefault();
+    if (scr) send(pasteSequence(e.clipboardData.getData('text'), scr.bracketedPaste));
+  });
+  // On the alternate screen (less, vi, top) there is nothing to scroll:
+  // the wheel sends arrow keys instead, as xterm's alternateScroll.
+  el.addEventListener('wheel', (e) => {
+    const scr = current();
+    if (!scr || !scr.alt || e.deltaY === 0) return;
+    e.preventDefault();
+    send(keySequence({key: e.deltaY < 0 ? 'ArrowUp' : 'ArrowDown'}, scr.appCursor).repeat(3));
+  }, {passive: false});
+}
+
+// terminalPanel is the sandbox page's Terminal tab: a shell in sb over
+// the PTY WebSocket, opened by its button, closed on leaving the page.
 export function terminalPanel(ctx, sb) {
   const screen = h('pre', {class: 'term', id: 'terminal', tabindex: '0', role: 'textbox', 'aria-multiline': 'true', 'aria-label': 'Terminal: type to send keys to the shell'});
   const connect = h('button', {type: 'button', class: 'primary', id: 'term-connect'}, 'Start a shell');
@@ -106,7 +142,7 @@ export function terminalPanel(ctx, sb) {
   let scr = null;
   let drawQueued = false;
   const enc = new TextEncoder();
-  const dec = new TextDecoder();
+  let dec = null;
   const draw = () => {
     if (drawQueued || !scr) return;
     drawQueued = true;
@@ -134,6 +170,7 @@ export function terminalPanel(ctx, sb) {
   connect.addEventListener('click', () => {
     const {cols, rows} = size();
     scr = new Screen(cols, rows);
+    dec = new TextDecoder(); // a new stream: no bytes of the last connection
     scr.reply = send; // answers to status queries (cursor position, device attributes)
     hist.replaceChildren();
     ws = new WebSocket(wsURL(`/v1/sandboxes/${encodeURIComponent(sb.id)}/pty`, {cols, rows}));
@@ -175,32 +212,7 @@ export function terminalPanel(ctx, sb) {
   });
   disconnect.addEventListener('click', () => ws && ws.close(1000));
   ctx.onLeave(() => ws && ws.close(1000));
-  screen.addEventListener('keydown', (e) => {
-    if (!ws) return;
-    if (e.ctrlKey && e.key === ']') {
-      screen.blur();
-      return;
-    }
-    // Ctrl+Shift+C and V stay the browser's copy and paste.
-    if (e.ctrlKey && e.shiftKey && (e.key === 'C' || e.key === 'V')) return;
-    const s = keySequence(e, scr && scr.appCursor);
-    if (s !== null) {
-      e.preventDefault();
-      send(s);
-    }
-  });
-  screen.addEventListener('paste', (e) => {
-    e.preventDefault();
-    send(pasteSequence(e.clipboardData.getData('text'), scr && scr.bracketedPaste));
-  });
-  // On the alternate screen (less, vi, top) there is nothing to scroll:
-  // the wheel sends arrow keys instead, as xterm's alternateScroll.
-  screen.addEventListener('wheel', (e) => {
-    if (!ws || !scr || !scr.alt || e.deltaY === 0) return;
-    e.preventDefault();
-    const key = e.deltaY < 0 ? 'ArrowUp' : 'ArrowDown';
-    send(keySequence({key}, scr.appCursor).repeat(3));
-  }, {passive: false});
+  bindInput(screen, send, () => (ws ? scr : null));
   screen.addEventListener('focus', draw);
   screen.addEventListener('blur', draw);
   // A resize is sent when the window has kept its size for a moment:
