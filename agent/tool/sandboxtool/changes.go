@@ -23,7 +23,7 @@ const (
 	// workspace that grows past it is no longer compared for the rest of
 	// the run: its listing would cost every command more than the changes
 	// are worth.
-	DefaultMaxTrackedFiles = 20_000
+	DefaultMaxTrackedFiles = 10_000
 	// maxTrackDepth is how deep the workspace is listed.
 	maxTrackDepth = 16
 	// maxReported bounds the file_changed events of one call; the rest
