@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -216,6 +217,10 @@ func indent(s string) string {
 // below, a command's with the file's size, and the sum of those past the
 // per-command limit as its text.
 func fileLine(e agent.Event) string {
+	if strings.ContainsFunc(e.Path, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		// A name the sandbox chose must not drive the terminal.
+		e.Path = strconv.Quote(e.Path)
+	}
 	switch {
 	case e.Path == "":
 		return fmt.Sprintf("✎ %s\n", e.Text)

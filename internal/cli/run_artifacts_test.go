@@ -65,3 +65,22 @@ func TestRunJSONFilesOfCommands(t *testing.T) {
 		t.Errorf("file_changed events: got %q, want %q", strings.Join(got, ","), want)
 	}
 }
+
+// A file name with control characters is quoted: the sandbox picks it,
+// and it must not drive the user's terminal.
+func TestFileLineQuotesControlCharacters(t *testing.T) {
+	for _, tc := range []struct {
+		ev   agent.Event
+		want string
+	}{
+		{agent.Event{Path: "out/chart.png", Action: "created", Size: 2048}, "✎ created out/chart.png (2 KiB)\n"},
+		{agent.Event{Path: "big.bin", Action: "updated", Size: 3 << 19}, "✎ updated big.bin (1.5 MiB)\n"},
+		{agent.Event{Path: "x\x1b]0;owned\x07", Action: "created", Size: 1}, "✎ created \"x\\x1b]0;owned\\a\" (1 B)\n"},
+		{agent.Event{Path: "gone.txt", Action: "deleted"}, "✎ deleted gone.txt\n"},
+		{agent.Event{Text: "and 12 more files changed", Action: "updated"}, "✎ and 12 more files changed\n"},
+	} {
+		if got := fileLine(tc.ev); got != tc.want {
+			t.Errorf("fileLine(%+v) = %q, want %q", tc.ev, got, tc.want)
+		}
+	}
+}
