@@ -552,10 +552,10 @@ function diffCard(ev) {
     else if (line.startsWith('@@')) cls = 'hunk';
     pre.append(h('span', {class: cls}, line), '\n');
   }
-  if (!ev.path) return h('div', {class: 'event change'}, h('div', {class: 'head'}, ev.text || 'more files changed'));
+  if (!ev.path) return h('div', {class: 'event change file'}, h('div', {class: 'head'}, ev.text || 'more files changed'));
   // A command's change has no diff: its size says what it is.
   const size = !ev.diff && ev.action !== 'deleted' ? h('span', {class: 'muted'}, ` · ${fmtBytes(ev.size || 0)}`) : null;
-  return h('div', {class: 'event change', 'data-path': ev.path, 'data-action': ev.action || ''},
+  return h('div', {class: `event change${ev.diff ? '' : ' file'}`, 'data-path': ev.path, 'data-action': ev.action || ''},
     h('div', {class: 'head'}, h('strong', {}, ev.action || 'changed'), ' ', h('code', {}, ev.path), size),
     ev.diff ? pre : null);
 }
