@@ -11,6 +11,8 @@ import {download, fileViewer, kindOf} from './files.js';
 const runPath = (id) => `/v1/runs/${encodeURIComponent(id)}`;
 const stopped = new Set(['idle', 'failed', 'cancelled']);
 const settingsKey = 'cove.agentSettings';
+// autoShowBytes is the largest artifact shown without a click.
+const autoShowBytes = 4 << 20;
 
 function statusBadge(status) {
   return h('span', {class: `badge run-${status}`, id: 'run-status'}, status);
@@ -222,7 +224,7 @@ export async function runView(ctx, id) {
     }
     toRender.clear();
   };
-  const addArtifact = (p, action) => {
+  const addArtifact = (p, action, size) => {
     if (!p || !run.sandbox_id) return;
     const known = artifactItems.get(p);
     if (action === 'deleted') {
@@ -232,7 +234,8 @@ export async function runView(ctx, id) {
       return;
     }
     if (!known) {
-      const kind = kindOf(p);
+      // A large file is fetched only when asked for.
+      const kind = size > autoShowBytes ? 'other' : kindOf(p);
       const body = h('div', {class: 'artifact-body'});
       const dl = h('button', {type: 'button', 'aria-label': `Download ${p}`}, 'Download');
       dl.addEventListener('click', () => download(run.sandbox_id, p));
@@ -252,6 +255,7 @@ export async function runView(ctx, id) {
       artifacts.append(item);
       artifactBox.hidden = false;
     }
+    if (size > autoShowBytes) return;
     toRender.add(p);
     if (!renderTimer) renderTimer = setTimeout(renderArtifacts, 100);
   };
@@ -390,7 +394,7 @@ export async function runView(ctx, id) {
       }
       case 'file_changed':
         push(diffCard(ev));
-        addArtifact(ev.path, ev.action);
+        addArtifact(ev.path, ev.action, ev.size || 0);
         break;
       case 'approval_requested': {
         const a = ev.approval || ev;
