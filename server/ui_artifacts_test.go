@@ -53,6 +53,9 @@ func TestUIBrowserArtifacts(t *testing.T) {
 		b64(testPNG(t, 48, 32)), b64([]byte(artifactPDF)))
 	model := fake.NewServer(t,
 		execCall(script),
+		// A file apply_patch writes is reported by it, with its diff, and
+		// not again by the command after it.
+		fake.Custom("apply_patch", "*** Begin Patch\n*** Add File: notes.md\n+# Notes\n*** End Patch"),
 		execCall("rm data.bin && printf 'Berlin,3600000\\n' >> report.csv"),
 		fake.Text("The chart, the report and its data are in the workspace."),
 	)
@@ -70,18 +73,20 @@ func TestUIBrowserArtifacts(t *testing.T) {
 	runID := strings.TrimPrefix(b.eval(`location.hash`), "#/runs/")
 	b.waitText("#timeline .event.final .answer", "The chart, the report")
 
-	// The timeline: one line per file, with its size, no diff.
+	// The timeline: one line per file a command wrote, with its size;
+	// the patch's file with its diff.
 	for _, f := range []struct{ sel, want string }{
 		{`#timeline .event.change[data-path="out/chart.png"][data-action="created"]`, "created out/chart.png"},
 		{`#timeline .event.change[data-path="report.pdf"][data-action="created"]`, "created report.pdf"},
 		{`#timeline .event.change[data-path="report.csv"][data-action="created"]`, "38 B"},
 		{`#timeline .event.change[data-path="report.csv"][data-action="updated"]`, "updated report.csv"},
 		{`#timeline .event.change[data-path="data.bin"][data-action="deleted"]`, "deleted data.bin"},
+		{`#timeline .event.change[data-path="notes.md"] .diff .add`, "+# Notes"},
 	} {
 		b.waitText(f.sel, f.want)
 	}
-	if n := b.eval(`document.querySelectorAll('#timeline .event.change').length`); n != "7" {
-		t.Errorf("%s file changes in the timeline, want 7 (.git is noise)", n)
+	if n := b.eval(`document.querySelectorAll('#timeline .event.change').length`); n != "8" {
+		t.Errorf("%s file changes in the timeline, want 8 (.git is noise, notes.md once)", n)
 	}
 
 	// The panel: the image and the PDF inline, the CSV as a table (its
@@ -98,7 +103,7 @@ func TestUIBrowserArtifacts(t *testing.T) {
 	// Reopened, the replay shows each file once.
 	b.open("#/chat")
 	b.click(`#runs a[href="#/runs/` + runID + `"]`)
-	b.wait("the replayed artifacts", `document.querySelectorAll('#artifacts li').length === 4`)
+	b.wait("the replayed artifacts", `document.querySelectorAll('#artifacts li').length === 5`)
 	b.waitText(`#artifacts li[data-path="report.csv"] table.csv`, "Berlin")
 
 	// Anything else is offered as a download, and shown on request.
@@ -112,8 +117,11 @@ func TestUIBrowserArtifacts(t *testing.T) {
 	var got []string
 	for _, ev := range ofType(ts.readEvents(t, key, runID, 0, ""), "file_changed") {
 		got = append(got, ev.str("action")+" "+ev.str("path"))
+		if ev.str("path") == "notes.md" && !strings.Contains(ev.str("diff"), "+# Notes") {
+			t.Errorf("notes.md's change has no diff: %+v", ev.Data)
+		}
 	}
-	want := []string{"created out/chart.png", "created data.bin", "created report.csv", "created report.pdf", "created run.log", "deleted data.bin", "updated report.csv"}
+	want := []string{"created out/chart.png", "created data.bin", "created report.csv", "created notes.md", "created report.pdf", "created run.log", "deleted data.bin", "updated report.csv"}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
