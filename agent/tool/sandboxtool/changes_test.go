@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -218,4 +220,34 @@ func emptyFiles(b *testing.B, names []string) io.Reader {
 		b.Fatal(err)
 	}
 	return &buf
+}
+
+// Parallel calls: each file is reported once, by one of them.
+func TestFileChangesParallelCalls(t *testing.T) {
+	t.Parallel()
+	tools, _ := newHostTools(t, sandboxtool.Options{})
+	execCmd(t, tools, "true")
+	var wg sync.WaitGroup
+	results := make([]result, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = call(t, tools.ExecCommand(), fmt.Sprintf(`{"cmd": "sleep 0.2; echo %d > f%d.txt"}`, i, i))
+		}()
+	}
+	wg.Wait()
+	var got []string
+	for _, r := range results {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		for _, c := range changesOf(t, r) {
+			got = append(got, c.Action+" "+c.Path)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"created f0.txt", "created f1.txt"}; !slices.Equal(got, want) {
+		t.Errorf("file changes of two parallel calls: got %q, want %q", got, want)
+	}
 }
