@@ -57,6 +57,8 @@ func TestUIBrowserArtifacts(t *testing.T) {
 		// not again by the command after it.
 		fake.Custom("apply_patch", "*** Begin Patch\n*** Add File: notes.md\n+# Notes\n*** End Patch"),
 		execCall("rm data.bin && printf 'Berlin,3600000\\n' >> report.csv"),
+		// A moved file leaves the panel under its old name.
+		fake.Custom("apply_patch", "*** Begin Patch\n*** Update File: notes.md\n*** Move to: docs/notes.md\n@@\n-# Notes\n+# Moved notes\n*** End Patch"),
 		fake.Text("The chart, the report and its data are in the workspace."),
 	)
 	ts := newTestServer(t, Config{Model: ModelConfig{BaseURL: model.URL, APIKey: "sk-test", DefaultModel: "gpt-5.1"}})
@@ -85,8 +87,8 @@ func TestUIBrowserArtifacts(t *testing.T) {
 	} {
 		b.waitText(f.sel, f.want)
 	}
-	if n := b.eval(`document.querySelectorAll('#timeline .event.change').length`); n != "8" {
-		t.Errorf("%s file changes in the timeline, want 8 (.git is noise, notes.md once)", n)
+	if n := b.eval(`document.querySelectorAll('#timeline .event.change').length`); n != "9" {
+		t.Errorf("%s file changes in the timeline, want 9 (.git is noise, notes.md once)", n)
 	}
 
 	// The panel: the image and the PDF inline, the CSV as a table (its
@@ -95,9 +97,12 @@ func TestUIBrowserArtifacts(t *testing.T) {
 	b.wait("the PDF artifact", `!!document.querySelector('#artifacts li[data-path="report.pdf"] iframe.preview-pdf')`)
 	b.waitText(`#artifacts li[data-path="report.csv"] table.csv`, "Berlin")
 	b.waitText(`#artifacts li[data-path="report.csv"] table.csv`, "Lyon")
-	if n := b.eval(`document.querySelectorAll('#artifacts li[data-path="data.bin"]').length`); n != "0" {
-		t.Errorf("the deleted data.bin is still in the Artifacts panel")
+	for _, gone := range []string{"data.bin", "notes.md"} {
+		if n := b.eval(`document.querySelectorAll('#artifacts li[data-path="` + gone + `"]').length`); n != "0" {
+			t.Errorf("%s, deleted or moved, is still in the Artifacts panel", gone)
+		}
 	}
+	b.waitText(`#artifacts li[data-path="docs/notes.md"] code`, "docs/notes.md")
 	b.screenshot("artifacts")
 
 	// Reopened, the replay shows each file once.
@@ -121,7 +126,7 @@ func TestUIBrowserArtifacts(t *testing.T) {
 			t.Errorf("notes.md's change has no diff: %+v", ev.Data)
 		}
 	}
-	want := []string{"created out/chart.png", "created data.bin", "created report.csv", "created notes.md", "created report.pdf", "created run.log", "deleted data.bin", "updated report.csv"}
+	want := []string{"created out/chart.png", "created data.bin", "created report.csv", "created notes.md", "created report.pdf", "created run.log", "deleted data.bin", "moved docs/notes.md", "updated report.csv"}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {

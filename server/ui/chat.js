@@ -394,6 +394,11 @@ export async function runView(ctx, id) {
       }
       case 'file_changed':
         push(diffCard(ev));
+        if (ev.action === 'moved') {
+          // The diff names the file's old place: it leaves the panel.
+          const from = /^--- a\/(.*)$/m.exec(ev.diff || '');
+          if (from) addArtifact(from[1], 'deleted');
+        }
         addArtifact(ev.path, ev.action, ev.size || 0);
         break;
       case 'approval_requested': {
