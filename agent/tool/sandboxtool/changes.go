@@ -68,6 +68,9 @@ type changes struct {
 	// off is set once the workspace was too large, or could not be
 	// listed: no more comparisons this run.
 	off bool
+	// plainTop is set when the last listing found no noise directory at
+	// the top: the next one is a single request.
+	plainTop bool
 }
 
 // begin takes the first listing (the baseline) before a call, or brings
@@ -157,13 +160,24 @@ func (c *changes) list(ctx context.Context) map[string]entry {
 
 // listTree lists the workspace in one request, or, when noise directories
 // sit at its top (where node_modules, .git and .venv usually are), one
-// request per other directory so the noise is never walked.
+// request per other directory so the noise is never walked. Whether they
+// do is learnt from the last listing: a noise directory that appears at
+// the top between two listings is walked once.
 func (c *changes) listTree(ctx context.Context) ([]sandbox.FileInfo, error) {
+	if c.plainTop {
+		fis, err := c.sess.List(ctx, c.root, maxTrackDepth)
+		if err != nil {
+			return nil, err
+		}
+		c.plainTop = !slices.ContainsFunc(fis, c.noiseAtTop)
+		return fis, nil
+	}
 	top, err := c.sess.List(ctx, c.root, 1)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(top, func(fi sandbox.FileInfo) bool { return fi.Type == sandbox.TypeDir && noiseDirs[fi.Name] }) {
+	if !slices.ContainsFunc(top, c.noiseAtTop) {
+		c.plainTop = true
 		return c.sess.List(ctx, c.root, maxTrackDepth)
 	}
 	out := top
@@ -184,6 +198,11 @@ func (c *changes) listTree(ctx context.Context) ([]sandbox.FileInfo, error) {
 		}
 	}
 	return out, nil
+}
+
+// noiseAtTop reports whether fi is a noise directory right under the root.
+func (c *changes) noiseAtTop(fi sandbox.FileInfo) bool {
+	return fi.Type == sandbox.TypeDir && noiseDirs[fi.Name] && path.Dir(fi.Path) == path.Clean(c.root)
 }
 
 // noisy reports whether a relative path lies in a noise directory.
