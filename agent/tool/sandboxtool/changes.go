@@ -94,6 +94,9 @@ func (c *changes) begin(ctx context.Context) {
 		return
 	}
 	for _, p := range c.edits.Take() {
+		if noisy(p) {
+			continue // not in the listings either
+		}
 		fi, err := c.sess.Stat(ctx, path.Join(c.root, p))
 		switch {
 		case err == nil:

@@ -116,7 +116,8 @@ func TestFileChangesSkipEdits(t *testing.T) {
 	if err := sess.Move(t.Context(), "moved-away.txt", "moved.txt"); err != nil {
 		t.Fatal(err)
 	}
-	edits.Add("patched.txt", "moved.txt", "moved-away.txt")
+	write(".venv/lib/patched.py", "in the noise")
+	edits.Add("patched.txt", "moved.txt", "moved-away.txt", ".venv/lib/patched.py")
 	got := changesOf(t, execCmd(t, tools, "printf x >> patched.txt"))
 	want := []change{{"updated", "patched.txt", 15}, {"created", "uploaded.txt", 15}}
 	if diff := cmp.Diff(want, got); diff != "" {
