@@ -68,6 +68,9 @@ type changes struct {
 	// off is set once the workspace was too large, or could not be
 	// listed: no more comparisons this run.
 	off bool
+	// untold says why the detection was turned off until a call's
+	// events have said it.
+	untold string
 	// plainTop is set when the last listing found no noise directory at
 	// the top: the next one is a single request.
 	plainTop bool
@@ -112,9 +115,18 @@ func (c *changes) begin(ctx context.Context) {
 func (c *changes) end(ctx context.Context, emit func(agent.Event)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.off || c.known == nil {
-		return
+	if c.known != nil && !c.off {
+		c.compare(ctx, emit)
 	}
+	if c.untold != "" && emit != nil {
+		emit(agent.Event{Type: agent.EventFileChanged, Time: time.Now(), Action: "updated", Text: c.untold})
+		c.untold = ""
+	}
+}
+
+// compare lists the workspace, emits what changed and keeps the listing.
+// c.mu is held.
+func (c *changes) compare(ctx context.Context, emit func(agent.Event)) {
 	now := c.list(ctx)
 	if now == nil {
 		return
@@ -156,6 +168,7 @@ func (c *changes) list(ctx context.Context) map[string]entry {
 	if len(out) > c.max {
 		c.log("the workspace is too large to find changed files; not looking again this run", "files", len(out), "max", c.max)
 		c.off = true
+		c.untold = fmt.Sprintf("the workspace has over %d files: the files commands change are not listed for the rest of this run", c.max)
 		return nil
 	}
 	return out

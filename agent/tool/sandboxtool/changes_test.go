@@ -135,8 +135,12 @@ func TestFileChangesHugeWorkspace(t *testing.T) {
 	if r.raw.ExitCode == nil || *r.raw.ExitCode != 0 {
 		t.Fatalf("making the files: %s", r.text)
 	}
-	if got := changesOf(t, r); got != nil {
-		t.Errorf("a workspace too large to compare reported %d changes", len(got))
+	want := []change{{Action: "updated"}} // the notice, its text below
+	if diff := cmp.Diff(want, changesOf(t, r)); diff != "" {
+		t.Errorf("a workspace too large to compare: file changes (-want +got):\n%s", diff)
+	}
+	if text := r.events[len(r.events)-1].Text; !strings.Contains(text, "over 50 files") {
+		t.Errorf("the notice says %q, want it to say the workspace has over 50 files", text)
 	}
 	if got := changesOf(t, execCmd(t, tools, "touch after.txt")); got != nil {
 		t.Errorf("after the workspace grew too large, reported %v", got)
