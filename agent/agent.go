@@ -71,6 +71,9 @@ type SandboxEnv struct {
 	// Capabilities names every capability bound in this run, so one can
 	// describe the others (the workspace context lists their tools).
 	Capabilities []string
+	// Edits are the paths tools reported with a diff (apply_patch), for
+	// the shell's change detection; nil records nothing.
+	Edits *Edits
 }
 
 // Capability gives a sandbox agent tools and instructions for one session:

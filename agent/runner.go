@@ -570,7 +570,7 @@ func (r *Runner) openSandbox(ctx context.Context, a *Agent, st *RunState, cfg Ru
 	} else if !strings.HasPrefix(wd, "/") {
 		wd = root + "/" + wd
 	}
-	sb.env = SandboxEnv{Session: traced{sb.sess}, Root: root, User: a.Sandbox.RunAs, Workdir: wd}
+	sb.env = SandboxEnv{Session: traced{sb.sess}, Root: root, User: a.Sandbox.RunAs, Workdir: wd, Edits: &Edits{}}
 	st.Sandbox = &SandboxState{ID: sb.sess.ID(), Spec: info.Spec, Owned: sb.owned}
 	if err := r.bind(ctx, a.Sandbox.Capabilities, sb); err != nil {
 		r.dropOwned(ctx, sc, sb)

@@ -169,6 +169,9 @@ type Event struct {
 	Path   string `json:"path,omitempty"`
 	Action string `json:"action,omitempty"` // "created", "updated", "deleted", "moved"
 	Diff   string `json:"diff,omitempty"`
+	// Size is the file's size in bytes after the change, for a change a
+	// command made (those carry no diff).
+	Size int64 `json:"size,omitempty"`
 
 	// Approval (approval_requested).
 	Approval *Approval `json:"approval,omitempty"`

@@ -7,6 +7,7 @@ package capabilities
 
 import (
 	"context"
+	"strings"
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/tool/sandboxtool"
@@ -51,7 +52,9 @@ func Workspace() agent.Capability {
 }
 
 // Shell gives exec_command and write_stdin; the processes they leave are
-// killed when the run ends.
+// killed when the run ends. The files their commands create, change or
+// delete in the workspace are reported (agent.EventFileChanged), except
+// those apply_patch reported already.
 func Shell(opts sandboxtool.Options) agent.Capability {
 	return capability{name: string(workspace.CapabilityShell), bind: func(ctx context.Context, env agent.SandboxEnv) (agent.Binding, error) {
 		o := opts
@@ -60,6 +63,12 @@ func Shell(opts sandboxtool.Options) agent.Capability {
 		}
 		if o.Workdir == "" {
 			o.Workdir = env.Workdir
+		}
+		if o.Root == "" {
+			o.Root = env.Root
+		}
+		if o.Edits == nil {
+			o.Edits = env.Edits
 		}
 		t := sandboxtool.New(env.Session, o)
 		return agent.Binding{Tools: []agent.Tool{t.ExecCommand(), t.WriteStdin()}, Close: t.Close}, nil
@@ -70,7 +79,8 @@ func Shell(opts sandboxtool.Options) agent.Capability {
 func Filesystem() agent.Capability {
 	return capability{name: string(workspace.CapabilityFilesystem), bind: func(ctx context.Context, env agent.SandboxEnv) (agent.Binding, error) {
 		t := sandboxtool.New(env.Session, sandboxtool.Options{User: env.User, Workdir: env.Workdir})
-		return agent.Binding{Tools: []agent.Tool{workspace.ApplyPatch(env.Session), t.ViewImage()}, Close: t.Close}, nil
+		patch := recordEdits{workspace.ApplyPatch(env.Session), env.Edits}
+		return agent.Binding{Tools: []agent.Tool{patch, t.ViewImage()}, Close: t.Close}, nil
 	}}
 }
 
@@ -84,4 +94,59 @@ func Skills() agent.Capability {
 		}
 		return agent.Binding{Tools: []agent.Tool{workspace.LoadSkill(env.Session, skills)}}, nil
 	}}
+}
+
+// recordEdits is a tool whose file_changed events are recorded in a run's
+// Edits, so the shell does not report the same changes again.
+type recordEdits struct {
+	agent.Tool
+	edits *agent.Edits
+}
+
+var (
+	_ agent.RiskAssessor = recordEdits{}
+	_ agent.Describer    = recordEdits{}
+)
+
+// Risk implements agent.RiskAssessor as the wrapped tool does.
+func (r recordEdits) Risk(arguments, root string) (string, bool) {
+	if ra, ok := r.Tool.(agent.RiskAssessor); ok {
+		return ra.Risk(arguments, root)
+	}
+	return "", false
+}
+
+// Describe implements agent.Describer as the wrapped tool does.
+func (r recordEdits) Describe(arguments string) agent.CallView {
+	if d, ok := r.Tool.(agent.Describer); ok {
+		return d.Describe(arguments)
+	}
+	return agent.CallView{}
+}
+
+func (r recordEdits) Call(ctx context.Context, call agent.ToolCall) (agent.ToolResult, error) {
+	emit := call.Emit
+	call.Emit = func(ev agent.Event) {
+		if ev.Type == agent.EventFileChanged && ev.Path != "" {
+			r.edits.Add(ev.Path)
+			if from := movedFrom(ev.Diff); from != "" {
+				r.edits.Add(from)
+			}
+		}
+		if emit != nil {
+			emit(ev)
+		}
+	}
+	return r.Tool.Call(ctx, call)
+}
+
+// movedFrom returns the source of a move from its diff's "--- a/old" line,
+// or "".
+func movedFrom(diff string) string {
+	for _, line := range strings.SplitN(diff, "\n", 3) {
+		if p, ok := strings.CutPrefix(line, "--- a/"); ok {
+			return p
+		}
+	}
+	return ""
 }

@@ -444,7 +444,10 @@ func TestSalesEndToEnd(t *testing.T) {
 	if fmt.Sprint(exits) != "[0 0]" {
 		t.Errorf("exit codes = %v, want [0 0] (head, python3)", exits)
 	}
-	if fmt.Sprint(changed) != "[created analyze.py]" {
+	// The patch's file, then what the script wrote (found by comparing
+	// the workspace after the command and its polls).
+	slices.Sort(changed)
+	if fmt.Sprint(changed) != "[created analyze.py created chart.png created flagged.csv created report.pdf]" {
 		t.Errorf("file changes = %v", changed)
 	}
 	if len(missing) != 0 || len(saved) != len(Artifacts) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -111,7 +112,7 @@ func (r *renderer) event(e agent.Event) {
 		r.print(e.Data)
 	case agent.EventFileChanged:
 		r.newline()
-		r.print(fmt.Sprintf("✎ %s %s\n", e.Action, e.Path))
+		r.print(fileLine(e))
 		if e.Diff != "" {
 			r.print(indent(e.Diff))
 		}
@@ -213,4 +214,37 @@ func indent(s string) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// fileLine is how a file change is shown: apply_patch's with its diff
+// below, a command's with the file's size, and the sum of those past the
+// per-command limit as its text.
+func fileLine(e agent.Event) string {
+	if strings.ContainsFunc(e.Path, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		// A name the sandbox chose must not drive the terminal.
+		e.Path = strconv.Quote(e.Path)
+	}
+	switch {
+	case e.Path == "":
+		return fmt.Sprintf("✎ %s\n", e.Text)
+	case e.Diff == "" && e.Action != "deleted":
+		return fmt.Sprintf("✎ %s %s (%s)\n", e.Action, e.Path, sizeText(e.Size))
+	default:
+		return fmt.Sprintf("✎ %s %s\n", e.Action, e.Path)
+	}
+}
+
+// sizeText is a file size for people, in the web UI's units: 512 B,
+// 12.3 KiB, 4 MiB.
+func sizeText(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return strings.Replace(fmt.Sprintf("%.1f %s", f, units[i]), ".0 ", " ", 1)
 }

@@ -619,7 +619,7 @@ func TestRunAsks(t *testing.T) {
 		if out := stdout.String(); !strings.Contains(out, question) {
 			t.Errorf("stdout:\n%s\nwant the question %q", out, question)
 		}
-		if out := stdout.String(); !strings.Contains(out, "$ rm -r scratch\n  ✓ exit 0") || !strings.Contains(out, "--- a/scratch/xy") {
+		if out := stdout.String(); !strings.Contains(out, "$ rm -r scratch\n✎ deleted scratch/xy\n  ✓ exit 0") || !strings.Contains(out, "--- a/scratch/xy") {
 			t.Errorf("stdout after yes:\n%s\nwant the command run and scratch/xy deleted in the patch", out)
 		}
 	})

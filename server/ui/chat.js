@@ -4,7 +4,7 @@
 // follow-up messages, cancel, and the files the agent produced.
 
 import {api, q, request, sse} from './api.js';
-import {busy, fmtAge, fmtDuration, fmtNum, fmtUSD, h, showError, showNotice, clearError} from './dom.js';
+import {busy, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtUSD, h, showError, showNotice, clearError} from './dom.js';
 import {AnsiWriter} from './ansi.js';
 import {download, fileViewer, kindOf} from './files.js';
 import {renderMarkdown} from './markdown.js';
@@ -12,6 +12,8 @@ import {renderMarkdown} from './markdown.js';
 const runPath = (id) => `/v1/runs/${encodeURIComponent(id)}`;
 const stopped = new Set(['idle', 'failed', 'cancelled']);
 const settingsKey = 'cove.agentSettings';
+// autoShowBytes is the largest artifact shown without a click.
+const autoShowBytes = 4 << 20;
 
 function statusBadge(status) {
   return h('span', {class: `badge run-${status}`, id: 'run-status'}, status);
@@ -282,7 +284,6 @@ export async function runView(ctx, id) {
   let lastCall = null;
   const cards = new Map(); // call_id -> approval card
   let pending = new Map(); // call_id -> decision, for the approvals shown as waiting
-  const seenArtifacts = new Set();
 
   const push = (el) => {
     const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
@@ -301,31 +302,59 @@ export async function runView(ctx, id) {
     return bubble;
   };
 
-  const addArtifact = (p, action) => {
-    if (action === 'deleted' || kindOf(p) === 'other' || !run.sandbox_id) return;
-    if (seenArtifacts.has(p)) return;
-    seenArtifacts.add(p);
-    artifactBox.hidden = false;
-    const body = h('div', {class: 'artifact-body'});
-    const dl = h('button', {type: 'button', 'aria-label': `Download ${p}`}, 'Download');
-    dl.addEventListener('click', () => download(run.sandbox_id, p));
-    const item = h('li', {}, h('div', {class: 'inline'}, h('code', {}, p), dl), body);
-    if (kindOf(p) === 'image') {
-      fileViewer(run.sandbox_id, p, signal, ctx.onLeave).then((el) => body.replaceChildren(el))
-        .catch((e) => e.name !== 'AbortError' && body.replaceChildren(h('p', {class: 'error-text'}, `Cannot show it: ${e.message}`)));
-    } else {
-      const show = h('button', {type: 'button'}, 'Show');
-      show.addEventListener('click', () => busy(show, 'Loading…', async () => {
-        try {
-          body.replaceChildren(await fileViewer(run.sandbox_id, p, signal, ctx.onLeave));
-        } catch (e) {
-          showError(e, `Opening ${p}`);
-        }
-      }));
-      item.firstChild.append(show);
+  // The Artifacts panel: each file the run made or changed, newest state
+  // shown (images and PDFs inline, CSV as a table, anything else to
+  // download or show as text); a deleted file leaves it. Renders are
+  // coalesced, so a replay of a file written ten times fetches it once.
+  const artifactItems = new Map(); // path -> {item, body, kind}
+  const toRender = new Set();
+  let renderTimer = 0;
+  const renderArtifacts = () => {
+    renderTimer = 0;
+    for (const p of toRender) {
+      const a = artifactItems.get(p);
+      if (!a || a.kind === 'other') continue;
+      fileViewer(run.sandbox_id, p, signal, ctx.onLeave).then((el) => a.body.replaceChildren(el))
+        .catch((e) => e.name !== 'AbortError' && a.body.replaceChildren(h('p', {class: 'error-text'}, `Cannot show it: ${e.message}`)));
     }
-    artifacts.append(item);
+    toRender.clear();
   };
+  const addArtifact = (p, action, size) => {
+    if (!p || !run.sandbox_id) return;
+    const known = artifactItems.get(p);
+    if (action === 'deleted') {
+      if (known) known.item.remove();
+      artifactItems.delete(p);
+      artifactBox.hidden = artifactItems.size === 0;
+      return;
+    }
+    if (!known) {
+      // A large file is fetched only when asked for.
+      const kind = size > autoShowBytes ? 'other' : kindOf(p);
+      const body = h('div', {class: 'artifact-body'});
+      const dl = h('button', {type: 'button', 'aria-label': `Download ${p}`}, 'Download');
+      dl.addEventListener('click', () => download(run.sandbox_id, p));
+      const item = h('li', {'data-path': p, 'data-kind': kind}, h('div', {class: 'inline'}, h('code', {}, p), dl), body);
+      if (kind === 'other') {
+        const show = h('button', {type: 'button'}, 'Show');
+        show.addEventListener('click', () => busy(show, 'Loading…', async () => {
+          try {
+            body.replaceChildren(await fileViewer(run.sandbox_id, p, signal, ctx.onLeave));
+          } catch (e) {
+            showError(e, `Opening ${p}`);
+          }
+        }));
+        item.firstChild.append(show);
+      }
+      artifactItems.set(p, {item, body, kind});
+      artifacts.append(item);
+      artifactBox.hidden = false;
+    }
+    if (size > autoShowBytes) return;
+    toRender.add(p);
+    if (!renderTimer) renderTimer = setTimeout(renderArtifacts, 100);
+  };
+  ctx.onLeave(() => clearTimeout(renderTimer));
 
   const decide = async (callID, decision) => {
     pending.set(callID, decision);
@@ -464,7 +493,12 @@ export async function runView(ctx, id) {
       }
       case 'file_changed':
         push(diffCard(ev));
-        addArtifact(ev.path, ev.action);
+        if (ev.action === 'moved') {
+          // The diff names the file's old place: it leaves the panel.
+          const from = /^--- a\/(.*)$/m.exec(ev.diff || '');
+          if (from) addArtifact(from[1], 'deleted');
+        }
+        addArtifact(ev.path, ev.action, ev.size || 0);
         break;
       case 'approval_requested': {
         const a = ev.approval || ev;
@@ -637,7 +671,10 @@ function diffCard(ev) {
     else if (line.startsWith('@@')) cls = 'hunk';
     pre.append(h('span', {class: cls}, line), '\n');
   }
-  return h('div', {class: 'event change', 'data-path': ev.path},
-    h('div', {class: 'head'}, h('strong', {}, ev.action || 'changed'), ' ', h('code', {}, ev.path)),
+  if (!ev.path) return h('div', {class: 'event change file'}, h('div', {class: 'head'}, ev.text || 'more files changed'));
+  // A command's change has no diff: its size says what it is.
+  const size = !ev.diff && ev.action !== 'deleted' ? h('span', {class: 'muted'}, ` · ${fmtBytes(ev.size || 0)}`) : null;
+  return h('div', {class: `event change${ev.diff ? '' : ' file'}`, 'data-path': ev.path, 'data-action': ev.action || ''},
+    h('div', {class: 'head'}, h('strong', {}, ev.action || 'changed'), ' ', h('code', {}, ev.path), size),
     ev.diff ? pre : null);
 }

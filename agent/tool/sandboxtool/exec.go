@@ -99,6 +99,7 @@ func (t *Tools) execCommand(ctx context.Context, call agent.ToolCall) (agent.Too
 	if err != nil {
 		return agent.ToolResult{}, err
 	}
+	t.changes.begin(ctx)
 	p := newProcess(a.cmd, a.tty, t.opts.OutputBufferBytes)
 	p.h, err = t.start(ctx, a, p)
 	if err != nil {
@@ -127,6 +128,7 @@ func (t *Tools) execCommand(ctx context.Context, call agent.ToolCall) (agent.Too
 	if err != nil {
 		return agent.ToolResult{}, err // the process stays for Close
 	}
+	t.changes.end(ctx, fileEmitter(call, a.cmd))
 	return t.answer(p, exited, out, a.maxTokens, began), nil
 }
 
@@ -223,6 +225,7 @@ func (t *Tools) writeStdin(ctx context.Context, call agent.ToolCall) (agent.Tool
 			return agent.ToolResult{}, fmt.Errorf("write_stdin: writing to session %d: %w", p.id, err)
 		}
 	}
+	t.changes.begin(ctx)
 	yield := a.yield
 	if a.chars == "" {
 		yield = max(yield, minEmptyYield) // a bare poll waits longer, as the SDK's
@@ -232,6 +235,7 @@ func (t *Tools) writeStdin(ctx context.Context, call agent.ToolCall) (agent.Tool
 	if err != nil {
 		return agent.ToolResult{}, err
 	}
+	t.changes.end(ctx, fileEmitter(call, p.cmd))
 	return t.answer(p, exited, out, a.maxTokens, began), nil
 }
 
@@ -255,4 +259,16 @@ func (t *Tools) answer(p *process, exited bool, out text, maxTokens int, began t
 	r.wall = time.Since(began)
 	res.Output = []agent.Content{{Type: agent.ContentText, Text: r.String()}}
 	return res
+}
+
+// fileEmitter returns how a call reports the files its command changed:
+// its events, with the command line, or nil when it has no Emit.
+func fileEmitter(call agent.ToolCall, cmd string) func(agent.Event) {
+	if call.Emit == nil {
+		return nil
+	}
+	return func(ev agent.Event) {
+		ev.CallView.Command = cmd
+		call.Emit(ev)
+	}
 }

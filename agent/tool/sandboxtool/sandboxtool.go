@@ -106,6 +106,18 @@ type Options struct {
 	// OutputBufferBytes is the unread output kept per process. 0 means
 	// DefaultOutputBufferBytes.
 	OutputBufferBytes int
+	// Root is the workspace root, whose files the tools compare after
+	// each call to report what commands created, changed or deleted
+	// (agent.EventFileChanged). "" means the sandbox's.
+	Root string
+	// MaxTrackedFiles is the largest workspace (in files, noise
+	// directories such as .git and node_modules left out) compared after
+	// each call; past it, changes are not reported for the rest of the
+	// run. 0 means DefaultMaxTrackedFiles.
+	MaxTrackedFiles int
+	// Edits are the paths other tools reported with their own events
+	// (apply_patch); they are not reported again. nil means none.
+	Edits *agent.Edits
 	// Logger receives failures the model cannot act on (a kill that did
 	// not go through); nil discards them.
 	Logger *slog.Logger
@@ -115,9 +127,10 @@ type Options struct {
 // background processes they started. Their methods are safe for
 // concurrent use; parallel tool calls are fine.
 type Tools struct {
-	sess sandbox.Session
-	opts Options
-	log  *slog.Logger
+	sess    sandbox.Session
+	opts    Options
+	log     *slog.Logger
+	changes *changes
 
 	mu sync.Mutex // guards the fields below
 	// procs are the processes the model may still read, by session ID.
@@ -145,12 +158,16 @@ func New(sess sandbox.Session, opts Options) *Tools {
 	if opts.OutputBufferBytes <= 0 {
 		opts.OutputBufferBytes = DefaultOutputBufferBytes
 	}
+	if opts.MaxTrackedFiles <= 0 {
+		opts.MaxTrackedFiles = DefaultMaxTrackedFiles
+	}
 	opts.OutputBufferBytes = max(opts.OutputBufferBytes, 2*bytesPerToken)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tools{sess: sess, opts: opts, log: log, procs: map[int]*process{}, gone: map[int]string{}}
+	ch := &changes{sess: sess, root: opts.Root, edits: opts.Edits, max: opts.MaxTrackedFiles, log: log.Info}
+	return &Tools{sess: sess, opts: opts, log: log, changes: ch, procs: map[int]*process{}, gone: map[int]string{}}
 }
 
 // ExecCommand is the exec_command tool. It judges its calls
