@@ -1,6 +1,8 @@
 package server
 
 import (
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 
@@ -208,4 +210,17 @@ func BenchmarkUIOutputView1MB(bm *testing.B) {
 		n++
 	}
 	bm.ReportMetric(total/float64(n), "ms/render")
+}
+
+// TestUIOutputViewModel runs the output view's unit tests
+// (testdata/outview.test.mjs) with node: lines, \r, colours split across
+// chunks, the bounds and the download.
+func TestUIOutputViewModel(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed (scripts/deps.sh installs it)")
+	}
+	out, err := exec.Command("node", "--test", "--test-reporter=spec", filepath.Join("testdata", "outview.test.mjs")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test testdata/outview.test.mjs: %v\n%s", err, out)
+	}
 }

@@ -25,8 +25,13 @@ const overscan = 20;
 // names the style and stream), n its length and col where the next
 // text goes.
 function newLine() {
-  return {segs: [], n: 0, col: 0};
+  return {segs: noSegs, n: 0, col: 0};
 }
+
+// noSegs is the segments of every empty line, never written to: most
+// lines have one segment, made as an array of one (a push would make
+// room for 16).
+const noSegs = Object.freeze([]);
 
 export class OutputView {
   constructor(opts = {}) {
@@ -101,8 +106,16 @@ export class OutputView {
 
   // sink receives a stream's parsed text into the lines.
   sink(stream) {
+    let last = null; // the style key of the last text, and its view key
+    let key = '';
     return {
-      text: (t, style) => this.addText(t, this.styleKey(stream, style)),
+      text: (t, style) => {
+        if (style.key() !== last) {
+          last = style.key();
+          key = this.styleKey(stream, style);
+        }
+        this.addText(t, key);
+      },
       newline: () => this.newline(),
       cr: () => {
         this.last().col = 0;
@@ -138,6 +151,7 @@ export class OutputView {
       if (fit) {
         const seg = line.segs[line.segs.length - 1];
         if (seg && seg.key === key) seg.t += fit;
+        else if (line.segs === noSegs) line.segs = [{key, t: fit}];
         else line.segs.push({key, t: fit});
         line.n += fit.length;
         line.col = line.n;
@@ -153,18 +167,19 @@ export class OutputView {
     this.lines.push(newLine());
   }
 
-  // trim drops lines from the front beyond maxLines or maxChars; it
-  // drops in batches so each line costs O(1).
+  // trim drops lines from the front beyond maxLines or maxChars (the
+  // line being written stays); it drops in batches, so a line costs
+  // O(1) however long the output.
   trim() {
     const {maxLines, maxChars} = this.opts;
-    let k = 0;
-    if (this.lines.length > maxLines + 512) k = this.lines.length - maxLines;
-    if (this.chars > maxChars) {
-      let c = this.chars;
-      while (k < this.lines.length - 1 && (c > maxChars * 0.9 || k < this.lines.length - maxLines)) c -= this.lines[k++].n;
-    }
+    const n = this.lines.length;
+    if (n <= maxLines + 512 && this.chars <= maxChars) return;
+    let k = Math.max(0, n - maxLines);
+    let c = this.chars;
+    for (let i = 0; i < k; i++) c -= this.lines[i].n;
+    while (c > maxChars * 0.9 && k < n - 1) c -= this.lines[k++].n;
     if (!k) return;
-    for (let i = 0; i < k; i++) this.chars -= this.lines[i].n;
+    this.chars = c;
     this.lines.splice(0, k);
     this.dropped += k;
   }
