@@ -47,7 +47,8 @@ export class OutputView {
     this.autoTop = -1; // the scrollTop the view set itself, not the user
     this.rowH = 0;
     this.scheduled = false;
-    this.drawn = null; // what the last render drew
+    this.version = 0; // counts the writes
+    this.drawn = null; // what the last render drew: rows first to end of version
 
     this.rows = h('div', {class: 'vout-rows'});
     this.spacer = h('div', {class: 'vout-spacer'}, this.rows);
@@ -67,6 +68,7 @@ export class OutputView {
     this.keep(text);
     const s = stream === 'stderr' ? 'stderr' : 'stdout';
     this.parsers[s].write(text, this.sinks[s]);
+    this.version++;
     this.trim();
     this.schedule();
   }
@@ -230,19 +232,24 @@ export class OutputView {
     const rowH = this.rowH;
     this.userMoved();
     const n = this.shown();
+    const was = sc.scrollTop; // before a shorter spacer clamps it
+    const shift = this.drawn ? this.dropped - this.drawn.dropped : 0;
     this.showDropped();
     this.spacer.style.height = `${n * rowH}px`;
-    const shift = this.drawn ? this.dropped - this.drawn.dropped : 0;
     if (this.follow) this.setTop(sc.scrollHeight);
-    else if (shift) this.setTop(sc.scrollTop - shift * rowH); // the lines read stay in place
+    else if (shift) this.setTop(was - shift * rowH); // the lines read stay in place
     const top = sc.scrollTop;
     const first = Math.max(0, Math.floor(top / rowH) - overscan);
     const end = Math.min(n, Math.ceil((top + (sc.clientHeight || rowH * 40)) / rowH) + overscan);
-    this.rows.style.transform = `translateY(${first * rowH}px)`;
-    const rows = [];
-    for (let i = first; i < end; i++) rows.push(this.row(this.lines[i]));
-    this.rows.replaceChildren(...rows);
-    this.drawn = {dropped: this.dropped};
+    const d = this.drawn;
+    if (!d || d.first !== first || d.end !== end || d.version !== this.version || d.dropped !== this.dropped) {
+      // Only when something changed: a redraw would end a selection.
+      this.rows.style.transform = `translateY(${first * rowH}px)`;
+      const rows = [];
+      for (let i = first; i < end; i++) rows.push(this.row(this.lines[i]));
+      this.rows.replaceChildren(...rows);
+      this.drawn = {first, end, version: this.version, dropped: this.dropped};
+    }
     if (outerAtBottom) outer.scrollTop = outer.scrollHeight;
   }
 
@@ -257,6 +264,7 @@ export class OutputView {
     this.rows.replaceChildren(probe);
     this.rowH = probe.getBoundingClientRect().height;
     probe.remove();
+    this.drawn = null;
     return this.rowH;
   }
 
