@@ -30,15 +30,16 @@ const consoleLastLine = `(() => { const e = document.querySelector('#console-log
   return !!e && e.querySelector('.status').textContent.includes('exit 0') &&
     (e.querySelector('.out')?.textContent ?? '').endsWith('\n170000\n'); })()`
 
-// openConsole signs in and opens a new sandbox's page with its console.
-func openConsole(t testing.TB, ts *testServer, b *browser) api.Sandbox {
+// openConsole signs in and opens a new sandbox's page with its console;
+// it returns the key and the sandbox.
+func openConsole(t testing.TB, ts *testServer, b *browser) (string, api.Sandbox) {
 	t.Helper()
 	key := ts.teamKey(t, "console")
 	sb := ts.create(t, key, api.CreateSandbox{})
 	b.signIn(key)
 	b.open("#/sandboxes/" + sb.ID)
 	b.wait("the console", `!!document.querySelector('#cmd')`)
-	return sb
+	return key, sb
 }
 
 // BenchmarkUIConsole1MB times, in the page, from the click on Run to the
@@ -94,7 +95,7 @@ func viewAtEnd(sel string) string {
 func TestUIBrowserConsoleBigOutput(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	b := newBrowser(t, ts.URL)
-	openConsole(t, ts, b)
+	key, sb := openConsole(t, ts, b)
 
 	b.fill("#cmd", bigOutput)
 	b.click("#run")
@@ -143,6 +144,25 @@ func TestUIBrowserConsoleBigOutput(t *testing.T) {
 	}
 	b.waitText(entry+" .vout-rows", "line 1\n")
 	b.screenshot("scrolled-up")
+
+	// Scrolled up when earlier lines are dropped, the lines read stay in
+	// sight: 10,400 lines, the reader goes to line 5,000, then 600 more
+	// lines (the command waits for a file the test makes) drop 1,000.
+	b.fill("#cmd", `seq 1 10400; while [ ! -e go-on ]; do sleep 0.05; done; seq 10401 11000`)
+	b.click("#run")
+	b.waitText(entry+" .vout-rows", "\n10400\n")
+	scroller := `document.querySelector(` + js(entry+" .vout-scroll") + `)`
+	topRow := `(() => { const v = ` + scroller + `; const r = v.getBoundingClientRect();
+  return document.elementFromPoint(r.left + 20, r.top + 4)?.closest('.vout-row')?.textContent ?? ''; })()`
+	b.eval(`(() => { const v = ` + scroller + `; v.scrollTop = 4999 * v.querySelector('.vout-row').getBoundingClientRect().height; })()`)
+	b.wait("line 5000 at the top", topRow+` === '5000\n'`)
+	ts.exec(t, key, sb.ID, "touch go-on")
+	b.waitText(entry+" .status", "exit 0")
+	b.waitText(entry+" .vout-dropped", "earlier lines are not shown")
+	if got := b.eval(topRow); got != "5000\n" {
+		t.Errorf("earlier lines dropped while scrolled up: the top row is %q, want the line read, 5000", got)
+	}
+	b.screenshot("dropped-while-reading")
 
 	b.fill("#cmd", `for i in $(seq 1 200); do echo more $i; sleep 0.01; done`)
 	b.click("#run")
