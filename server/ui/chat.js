@@ -328,7 +328,7 @@ export async function runView(ctx, id) {
         break;
       case 'tool_call_started': {
         bubble = null;
-        const view = new OutputView({filename: 'output.txt'});
+        const view = new OutputView({filename: `${ev.call_id || 'command'}-output.txt`});
         const out = view.el;
         const status = h('div', {class: 'status running'}, 'running…');
         const head = ev.command
