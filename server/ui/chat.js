@@ -328,7 +328,8 @@ export async function runView(ctx, id) {
         break;
       case 'tool_call_started': {
         bubble = null;
-        const view = new OutputView({filename: `${ev.call_id || 'command'}-output.txt`});
+        // The call id comes from the model: only safe characters in a file name.
+        const view = new OutputView({filename: `${(ev.call_id || 'command').replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64)}-output.txt`});
         const out = view.el;
         const status = h('div', {class: 'status running'}, 'running…');
         const head = ev.command
