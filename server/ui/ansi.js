@@ -15,7 +15,8 @@ function color256(n) {
 }
 
 // Style is the SGR state: colours 0-15 become classes (ansi-fg-N,
-// ansi-bg-N, themed in app.css); others an inline colour.
+// ansi-bg-N, themed in app.css); others an inline colour. Its fields
+// change only through reset and apply, which forget the cached key.
 class Style {
   constructor() {
     this.reset();
