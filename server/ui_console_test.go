@@ -144,6 +144,10 @@ func TestUIBrowserConsoleBigOutput(t *testing.T) {
 	}
 	b.waitText(entry+" .vout-rows", "line 1\n")
 	b.screenshot("scrolled-up")
+	// The way back: a button to the end, which follows again.
+	b.click(entry + " .vout-jump")
+	b.wait("the view at its end after the jump", viewAtEnd(entry)+` && `+textOf(entry+" .vout-rows")+`.endsWith('line 300\n')`)
+	b.wait("the jump button gone", `document.querySelector(`+js(entry+" .vout-jump")+`).hidden`)
 
 	// Scrolled up when earlier lines are dropped, the lines read stay in
 	// sight: 10,400 lines, the reader goes to line 5,000, then 600 more

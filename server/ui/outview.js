@@ -56,7 +56,8 @@ export class OutputView {
     this.count = h('span', {});
     this.notice = h('div', {class: 'vout-dropped', hidden: true}, this.count,
       h('button', {type: 'button', class: 'link', onclick: () => this.download()}, 'Download the full output'));
-    this.el = h('div', {class: 'out vout'}, this.notice, this.scroller);
+    this.jump = h('button', {type: 'button', class: 'vout-jump', hidden: true, onclick: () => this.toEnd()}, '↓ To the end');
+    this.el = h('div', {class: 'out vout'}, this.notice, this.jump, this.scroller); // the button before the rows: the text ends with the output
     this.el.view = this;
     this.scroller.addEventListener('scroll', () => this.scrolled());
     if (typeof ResizeObserver === 'function') new ResizeObserver(() => this.schedule()).observe(this.scroller);
@@ -250,7 +251,15 @@ export class OutputView {
       this.rows.replaceChildren(...rows);
       this.drawn = {first, end, version: this.version, dropped: this.dropped};
     }
+    this.jump.hidden = this.follow || top + sc.clientHeight >= sc.scrollHeight - rowH;
     if (outerAtBottom) outer.scrollTop = outer.scrollHeight;
+  }
+
+  // toEnd scrolls to the end and follows it again.
+  toEnd() {
+    this.follow = true;
+    this.setTop(this.scroller.scrollHeight);
+    this.schedule();
   }
 
   setTop(top) {
