@@ -143,6 +143,9 @@ func TestUIBrowserConsoleBigOutput(t *testing.T) {
 		t.Errorf("scrolled up, the view moved to %s px while output came", top)
 	}
 	b.waitText(entry+" .vout-rows", "line 1\n")
+	// More lines than drawn: a copy of the page would miss some, so the
+	// download is offered.
+	b.waitText(entry+" .vout-dropped", "300 lines.")
 	b.screenshot("scrolled-up")
 	// The way back: a button to the end, which follows again.
 	b.click(entry + " .vout-jump")

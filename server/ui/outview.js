@@ -58,7 +58,6 @@ export class OutputView {
       h('button', {type: 'button', class: 'link', onclick: () => this.download()}, 'Download the full output'));
     this.jump = h('button', {type: 'button', class: 'vout-jump', hidden: true, onclick: () => this.toEnd()}, '↓ To the end');
     this.el = h('div', {class: 'out vout'}, this.notice, this.jump, this.scroller); // the button before the rows: the text ends with the output
-    this.el.view = this;
     this.scroller.addEventListener('scroll', () => this.scrolled());
     if (typeof ResizeObserver === 'function') new ResizeObserver(() => this.schedule()).observe(this.scroller);
   }
@@ -235,13 +234,13 @@ export class OutputView {
     const n = this.shown();
     const was = sc.scrollTop; // before a shorter spacer clamps it
     const shift = this.drawn ? this.dropped - this.drawn.dropped : 0;
-    this.showDropped();
     this.spacer.style.height = `${n * rowH}px`;
     if (this.follow) this.setTop(sc.scrollHeight);
     else if (shift) this.setTop(was - shift * rowH); // the lines read stay in place
     const top = sc.scrollTop;
     const first = Math.max(0, Math.floor(top / rowH) - overscan);
     const end = Math.min(n, Math.ceil((top + (sc.clientHeight || rowH * 40)) / rowH) + overscan);
+    this.showDropped(n, end - first);
     const d = this.drawn;
     if (!d || d.first !== first || d.end !== end || d.version !== this.version || d.dropped !== this.dropped) {
       // Only when something changed: a redraw would end a selection.
@@ -277,10 +276,15 @@ export class OutputView {
     return this.rowH;
   }
 
-  showDropped() {
-    this.notice.hidden = this.dropped === 0;
+  // showDropped says how many lines are not shown, with the download;
+  // the download is offered too when the rows are more than those drawn
+  // (a copy of the page's text would miss the others).
+  showDropped(n, drawn) {
+    this.notice.hidden = this.dropped === 0 && n <= drawn;
     if (this.dropped) {
-      this.count.textContent = `${this.dropped.toLocaleString('en-US')} earlier lines are not shown (the view keeps the last ${this.shown().toLocaleString('en-US')}). `;
+      this.count.textContent = `${this.dropped.toLocaleString('en-US')} earlier lines are not shown (the view keeps the last ${n.toLocaleString('en-US')}). `;
+    } else if (n > drawn) {
+      this.count.textContent = `${n.toLocaleString('en-US')} lines. `;
     }
   }
 
