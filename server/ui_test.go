@@ -35,7 +35,7 @@ const chromiumPath = "/usr/bin/chromium"
 
 // browser is one headless chromium tab on a test server.
 type browser struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	base string
 	dir  string // screenshots
@@ -46,7 +46,7 @@ type browser struct {
 }
 
 // newBrowser starts chromium for t, or skips t when it is not installed.
-func newBrowser(t *testing.T, base string) *browser {
+func newBrowser(t testing.TB, base string) *browser {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("the browser tests need Debian's chromium at %s (apt-get install chromium; scripts/deps.sh installs it)", chromiumPath)

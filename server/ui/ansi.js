@@ -15,18 +15,21 @@ function color256(n) {
 }
 
 // Style is the SGR state: colours 0-15 become classes (ansi-fg-N,
-// ansi-bg-N, themed in app.css); others an inline colour.
+// ansi-bg-N, themed in app.css); others an inline colour. Its fields
+// change only through reset and apply, which forget the cached key.
 class Style {
   constructor() {
     this.reset();
   }
   reset() {
+    this.cachedKey = null;
     this.fg = null;
     this.bg = null;
     this.bold = this.dim = this.italic = this.underline = this.inverse = false;
   }
   // apply reads the parameters of one SGR sequence (ESC [ ... m).
   apply(params) {
+    this.cachedKey = null;
     const a = params === '' ? [0] : params.split(/[;:]/).map((x) => (x === '' ? 0 : parseInt(x, 10)));
     for (let i = 0; i < a.length; i++) {
       const n = a[i];
@@ -66,7 +69,8 @@ class Style {
   }
   // key identifies a style, so runs of text in the same style share a span.
   key() {
-    return [this.fg, this.bg, this.bold, this.dim, this.italic, this.underline, this.inverse].join('|');
+    this.cachedKey ??= [this.fg, this.bg, this.bold, this.dim, this.italic, this.underline, this.inverse].join('|');
+    return this.cachedKey;
   }
   isPlain() {
     return this.fg === null && this.bg === null && !this.bold && !this.dim && !this.italic && !this.underline && !this.inverse;
@@ -99,71 +103,65 @@ class Style {
 // chunk; a longer one is not a sequence and shows as text.
 const maxPending = 256;
 
-// AnsiWriter appends text with SGR colours to an element. It keeps its
-// state between writes: output arrives in chunks that can split a
-// sequence. Other control sequences (cursor moves, titles) are dropped.
-export class AnsiWriter {
-  constructor(target, extraClass) {
-    this.target = target;
-    this.extraClass = extraClass || '';
+// controls matches the characters that are not printed as they are:
+// C0 controls but the tab, and DEL.
+const controls = /[\x00-\x08\x0a-\x1f\x7f]/g;
+
+// AnsiParser reads terminal output in chunks (which can split a
+// sequence or a \r\n) and tells a sink what to show:
+// sink.text(s, style) for a run of printable text in an SGR style,
+// sink.newline() for \n (and \r\n), sink.cr() for a lone \r (progress
+// bars: the next text rewrites the line). Other control sequences
+// (cursor moves, titles) are dropped. It goes by runs, not characters:
+// a megabyte of plain lines is a few thousand slices.
+export class AnsiParser {
+  constructor() {
     this.style = new Style();
     this.pending = '';
-    this.lastKey = null;
-    this.lastNode = null;
+    this.cr = false; // a \r seen, not yet known to be a \r\n
   }
 
-  write(text) {
-    let s = this.pending + text;
+  write(text, sink) {
+    const s = this.pending + text;
     this.pending = '';
-    let out = '';
     let i = 0;
     while (i < s.length) {
-      const ch = s[i];
-      if (ch === '\x1b') {
-        if (out) {
-          this.emit(out);
-          out = '';
-        }
-        const end = sequenceEnd(s, i);
+      controls.lastIndex = i;
+      const m = controls.exec(s);
+      const j = m ? m.index : s.length;
+      if (j > i) {
+        this.resolveCR(sink);
+        sink.text(s.slice(i, j), this.style);
+      }
+      if (!m) break;
+      const ch = s[j];
+      i = j + 1;
+      if (ch === '\n') {
+        this.cr = false;
+        sink.newline();
+      } else if (ch === '\r') {
+        this.cr = true;
+      } else if (ch === '\x1b') {
+        const end = sequenceEnd(s, j);
         if (end < 0) {
-          if (s.length - i <= maxPending) {
-            this.pending = s.slice(i);
+          if (s.length - j <= maxPending) {
+            this.pending = s.slice(j);
             break;
           }
-          i++; // not a sequence we can read: drop the ESC
-          continue;
+          continue; // not a sequence we can read: drop the ESC
         }
-        if (s[i + 1] === '[' && s[end - 1] === 'm') this.style.apply(s.slice(i + 2, end - 1));
+        if (s[j + 1] === '[' && s[end - 1] === 'm') this.style.apply(s.slice(j + 2, end - 1));
         i = end;
-        continue;
       }
-      if (ch === '\r') {
-        i++;
-        continue; // \r\n is a newline; a lone \r (progress bars) just continues
-      }
-      const code = ch.charCodeAt(0);
-      if (code < 32 && ch !== '\n' && ch !== '\t') {
-        i++;
-        continue;
-      }
-      out += ch;
-      i++;
     }
-    if (out) this.emit(out);
   }
 
-  emit(text) {
-    const key = this.style.key();
-    if (this.lastNode && this.lastKey === key && this.lastNode.parentNode === this.target) {
-      this.lastNode.append(text);
-      return;
+  // resolveCR tells the sink of a \r followed by text.
+  resolveCR(sink) {
+    if (this.cr) {
+      this.cr = false;
+      sink.cr();
     }
-    const node = this.style.span();
-    if (this.extraClass) node.classList.add(this.extraClass);
-    node.append(text);
-    this.target.append(node);
-    this.lastNode = node;
-    this.lastKey = key;
   }
 }
 

@@ -5,7 +5,7 @@
 
 import {api, q, request, sse} from './api.js';
 import {busy, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtUSD, h, showError, showNotice, clearError} from './dom.js';
-import {AnsiWriter} from './ansi.js';
+import {OutputView} from './outview.js';
 import {download, fileViewer, kindOf} from './files.js';
 import {renderMarkdown} from './markdown.js';
 
@@ -456,14 +456,16 @@ export async function runView(ctx, id) {
         break;
       case 'tool_call_started': {
         bubble = null;
-        const out = h('pre', {class: 'out'});
+        // The call id comes from the model: only safe characters in a file name.
+        const view = new OutputView({filename: `${(ev.call_id || 'command').replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64)}-output.txt`});
+        const out = view.el;
         const status = h('div', {class: 'status running'}, 'running…');
         const head = ev.command
           ? h('div', {class: 'head'}, h('span', {class: 'prompt'}, '$ '), h('code', {}, ev.command))
           : h('div', {class: 'head'}, h('strong', {}, ev.tool || 'tool'),
             ev.arguments && ev.call_kind !== 'edit' ? h('code', {class: 'args-inline'}, ` ${ev.arguments.slice(0, 300)}`) : null);
         const card = h('div', {class: 'event call', 'data-call': ev.call_id || ''}, head, out, status);
-        const c = {card, out, status, writers: {stdout: new AnsiWriter(out), stderr: new AnsiWriter(out, 'stderr')}, any: false};
+        const c = {card, out, status, view, any: false};
         if (ev.call_id) calls.set(ev.call_id, c);
         lastCall = c;
         cards.get(ev.call_id)?.decided('Approved', false);
@@ -474,7 +476,7 @@ export async function runView(ctx, id) {
         const c = (ev.call_id && calls.get(ev.call_id)) || lastCall;
         if (!c) break;
         c.any = true;
-        c.writers[ev.stream === 'stderr' ? 'stderr' : 'stdout'].write(ev.data || '');
+        c.view.write(ev.data || '', ev.stream);
         break;
       }
       case 'tool_call_finished': {

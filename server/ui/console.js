@@ -1,10 +1,12 @@
 // The command console of a sandbox: each command runs through
 // POST /v1/sandboxes/{id}/exec and its NDJSON events stream in as they
 // come, with ANSI colours, then the exit code and the time it took.
+// Output of any size is shown by an OutputView: the last lines kept,
+// the rows in sight drawn, the rest offered as a download.
 
 import {base64Bytes, ndjson, request} from './api.js';
 import {fmtDuration, h, showError} from './dom.js';
-import {AnsiWriter} from './ansi.js';
+import {OutputView} from './outview.js';
 
 export function consolePanel(ctx, sb) {
   const input = h('input', {id: 'cmd', name: 'cmd', autocomplete: 'off', spellcheck: 'false', placeholder: 'ls -la', 'aria-describedby': 'cmd-help'});
@@ -62,12 +64,11 @@ export function consolePanel(ctx, sb) {
 
 // execInto runs cmd and renders it as one entry of log.
 async function execInto(log, sb, cmd, signal) {
-  const out = h('pre', {class: 'out'});
+  const view = new OutputView({outer: log, filename: `${sb.id}-output.txt`});
   const status = h('div', {class: 'status running'}, 'running…');
-  const entry = h('div', {class: 'entry'}, h('div', {class: 'cmdline'}, h('span', {class: 'prompt'}, '$ '), cmd), out, status);
+  const entry = h('div', {class: 'entry'}, h('div', {class: 'cmdline'}, h('span', {class: 'prompt'}, '$ '), cmd), view.el, status);
   log.append(entry);
   entry.scrollIntoView({block: 'nearest'});
-  const writers = {stdout: new AnsiWriter(out), stderr: new AnsiWriter(out, 'stderr')};
   const decoders = {stdout: new TextDecoder(), stderr: new TextDecoder()};
   const started = performance.now();
   const done = (cls, text) => {
@@ -79,9 +80,7 @@ async function execInto(log, sb, cmd, signal) {
     const resp = await request('POST', `/v1/sandboxes/${encodeURIComponent(sb.id)}/exec`, {body: {cmd, shell: true}, signal});
     for await (const ev of ndjson(resp)) {
       if (ev.type === 'stdout' || ev.type === 'stderr') {
-        if (ev.data) writers[ev.type].write(decoders[ev.type].decode(base64Bytes(ev.data), {stream: true}));
-        const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-        if (atBottom) entry.scrollIntoView({block: 'end'});
+        if (ev.data) view.write(decoders[ev.type].decode(base64Bytes(ev.data), {stream: true}), ev.type);
       } else if (ev.type === 'exit') {
         ended = true;
         let text = `exit ${ev.exit_code}`;
