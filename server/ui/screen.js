@@ -391,7 +391,15 @@ export class Screen {
     this.gl = sv.gl;
   }
   setPen() {
-    this.pen = this.style.isPlain() ? null : Object.freeze(this.style.clone());
+    if (this.style.isPlain()) {
+      this.pen = null;
+      return;
+    }
+    // Frozen, so shared by every cell it draws: its key is computed first
+    // (Style caches it on first use).
+    const pen = this.style.clone();
+    pen.key();
+    this.pen = Object.freeze(pen);
   }
   // switchBuffer shows the alternate screen (on) or the main one;
   // clear blanks the alternate screen on the way.
