@@ -49,7 +49,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	if info.State != sandbox.StateRunning {
-		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, info.State, rec.ID, sandbox.ErrState))
+		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/{id}/resume): %w", rec.ID, info.State, sandbox.ErrState))
 		return
 	}
 	network, address, token, ok := proxy.DaemonEndpoint(sess)

@@ -29,6 +29,9 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, keyUsage)
 		return ErrUsage
 	}
+	if helpAsked(args) || args[0] == "help" {
+		return showHelp(stdout, keyUsage)
+	}
 	c, err := app.APIClient()
 	if err != nil {
 		return err

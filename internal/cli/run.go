@@ -107,10 +107,10 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	o := &r.o
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage); fs.PrintDefaults() }
 	o.flags(fs)
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

@@ -279,7 +279,11 @@ func info(sb api.Sandbox) sandbox.Info {
 		// The TTL as it stands: from the start to the deadline.
 		spec.TTL = sb.Deadline.Sub(sb.StartedAt).Round(time.Second)
 	}
-	return sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt}
+	in := sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt}
+	if sb.Deadline != nil {
+		in.Deadline = *sb.Deadline
+	}
+	return in
 }
 
 // call makes one API request: body (when not nil) as JSON, the response

@@ -91,7 +91,7 @@ func (s *API) ServeByHost(w http.ResponseWriter, r *http.Request, id string, por
 	rec, err := s.fleet.Find(r.Context(), id)
 	if port != envdPort && (err != nil || rec.Spec.Labels[madeLabel] == "") {
 		if err != nil {
-			s.cfg.Errs.Fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
+			s.cfg.Errs.Fail(w, r, sandbox.WrapID(id, err))
 			return
 		}
 		s.proxy.PortOf(w, r, rec, port, "", "/")

@@ -1,0 +1,16 @@
+package sandbox
+
+import (
+	"fmt"
+	"strings"
+)
+
+// WrapID is err as "sandbox ID: err", unless err's text names id already:
+// a message names its sandbox once ("sandbox sb-1: sandbox \"sb-1\": not
+// found" tells the user nothing twice). nil stays nil.
+func WrapID(id string, err error) error {
+	if err == nil || id == "" || strings.Contains(err.Error(), id) {
+		return err
+	}
+	return fmt.Errorf("sandbox %s: %w", id, err)
+}
