@@ -309,9 +309,10 @@ func ttlLeft(in sandbox.Info, now time.Time) string {
 	return "-"
 }
 
-// shortDur is d to the second in at most two units: 45s, 12m3s, 2h5m, 3d4h.
+// shortDur is d, cut to the second, in at most two units: 45s, 12m3s,
+// 2h5m, 3d4h.
 func shortDur(d time.Duration) string {
-	d = max(0, d.Round(time.Second))
+	d = max(0, d.Truncate(time.Second))
 	switch {
 	case d < time.Minute:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
