@@ -45,7 +45,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 	// at its TTL: ask the runtime too.
 	info, err := sess.Info(r.Context())
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("sandbox %s: %w", rec.ID, err))
+		s.fail(w, r, sandbox.WrapIDf(rec.ID, err, "sandbox %s", rec.ID))
 		return
 	}
 	if info.State != sandbox.StateRunning {

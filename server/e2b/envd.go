@@ -109,7 +109,7 @@ func (s *API) serveTraffic(w http.ResponseWriter, r *http.Request, id string, po
 // reading it) the caller has read.
 func (s *API) serveFound(w http.ResponseWriter, r *http.Request, id string, port int, rec store.Sandbox, err error) {
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		status, _, msg := s.cfg.Errs.Failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
+		status, _, msg := s.cfg.Errs.Failure(r, sandbox.WrapIDf(id, err, "reading sandbox %s", id))
 		writeProxyError(w, r, status, id, port, msg)
 		return
 	}
