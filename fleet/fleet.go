@@ -49,6 +49,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,11 @@ type Config struct {
 	// AllowUnlimitedPids lets a create ask for none (pids -1).
 	MaxPids            int
 	AllowUnlimitedPids bool
+	// MaxCPUs is the most CPUs a sandbox may have: this machine's count
+	// unless set (a runtime whose sandboxes run elsewhere sets its
+	// own). A create asking for more is refused; a size's preset above
+	// it gets MaxCPUs.
+	MaxCPUs float64
 	// NoLifecycle keeps Start from running the lifecycle loop and makes
 	// Reconcile do nothing, for a replica that shares its store with the
 	// one process that runs them (see the package doc).
@@ -168,6 +174,9 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.MaxCPUs <= 0 {
+		cfg.MaxCPUs = float64(runtime.NumCPU())
 	}
 	if cfg.MaxPids == 0 {
 		cfg.MaxPids = DefaultMaxPids

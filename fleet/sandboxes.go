@@ -189,7 +189,7 @@ func (f *Fleet) Delete(ctx context.Context, team, id string) error {
 func (f *Fleet) remove(ctx context.Context, id string) error {
 	f.forgetSession(id)
 	if err := f.cfg.Runtime.Delete(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+		return sandbox.WrapIDf(id, err, "deleting sandbox %s", id)
 	}
 	// Under createMu: the lifecycle loop's read-modify-write of a record
 	// must not put back one deleted in between.
@@ -237,7 +237,7 @@ func (f *Fleet) stop(ctx context.Context, rec *store.Sandbox, noDeadline bool) e
 	f.forgetSession(rec.ID)
 	f.readCPU(ctx, *rec) // its last CPU time, before the counter goes
 	if err := f.cfg.Runtime.Stop(ctx, rec.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		return fmt.Errorf("stopping sandbox %s: %w", rec.ID, err)
+		return sandbox.WrapIDf(rec.ID, err, "stopping sandbox %s", rec.ID)
 	}
 	if rec.State == store.StateStopped && !noDeadline {
 		return nil
@@ -316,7 +316,7 @@ func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl
 	}
 	sess, err := f.cfg.Runtime.Resume(ctx, fresh.ID)
 	if err != nil {
-		return fmt.Errorf("resuming sandbox %s: %w", fresh.ID, err)
+		return sandbox.WrapIDf(fresh.ID, err, "resuming sandbox %s", fresh.ID)
 	}
 	if err := f.thawedEnv(ctx, sess, fresh); err != nil {
 		f.log.Warn("resuming a sandbox made from a snapshot: its create's envs are not set", "sandbox", fresh.ID, "err", err)
@@ -349,7 +349,7 @@ func (f *Fleet) Fork(ctx context.Context, team, id string) (store.Sandbox, error
 	}
 	sess, err := fk.Fork(ctx, rec.ID)
 	if err != nil {
-		return rec, fmt.Errorf("forking sandbox %s: %w", rec.ID, err)
+		return rec, sandbox.WrapIDf(rec.ID, err, "forking sandbox %s", rec.ID)
 	}
 	now := f.cfg.Now()
 	child := rec
@@ -403,7 +403,7 @@ func (f *Fleet) setDeadline(ctx context.Context, rec *store.Sandbox, t time.Time
 	if rec.State == store.StateRunning {
 		if d, ok := f.cfg.Runtime.(sandbox.Deadliner); ok {
 			if err := d.SetDeadline(ctx, rec.ID, t); err != nil {
-				return fmt.Errorf("setting the TTL of sandbox %s: %w", rec.ID, err)
+				return sandbox.WrapIDf(rec.ID, err, "setting the TTL of sandbox %s", rec.ID)
 			}
 		}
 	}
@@ -452,7 +452,7 @@ func (f *Fleet) update(ctx context.Context, rec *store.Sandbox, change func(*sto
 		return err
 	}
 	if err := f.cfg.Store.PutSandbox(ctx, fresh); err != nil {
-		return fmt.Errorf("recording sandbox %s: %w", rec.ID, err)
+		return sandbox.WrapIDf(rec.ID, err, "recording sandbox %s", rec.ID)
 	}
 	*rec = fresh
 	return nil

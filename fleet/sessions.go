@@ -35,7 +35,7 @@ func (f *Fleet) Session(ctx context.Context, team, id string) (store.Sandbox, sa
 	f.Touch(rec.ID)
 	sess, err := f.LiveSession(ctx, rec)
 	if err != nil {
-		return rec, nil, fmt.Errorf("sandbox %s: %w", rec.ID, err)
+		return rec, nil, sandbox.WrapIDf(rec.ID, err, "sandbox %s", rec.ID)
 	}
 	return rec, sess, nil
 }

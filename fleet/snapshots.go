@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -55,7 +56,7 @@ func (f *Fleet) Snapshot(ctx context.Context, team, id string) (store.Snapshot, 
 	}
 	size, err := writeAtomic(file, func(w io.Writer) error { return sess.SnapshotWorkspace(ctx, w) })
 	if err != nil {
-		return sn, fmt.Errorf("snapshotting sandbox %s: %w", rec.ID, err)
+		return sn, sandbox.WrapIDf(rec.ID, err, "snapshotting sandbox %s", rec.ID)
 	}
 	sn.Size, sn.CreatedAt = size, f.cfg.Now()
 	if err := f.cfg.Store.PutSnapshot(context.WithoutCancel(ctx), sn); err != nil {

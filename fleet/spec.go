@@ -66,6 +66,8 @@ func (f *Fleet) checkSize(preset *api.Size, req api.CreateSandbox) error {
 	switch {
 	case math.IsNaN(req.CPUs) || req.CPUs < 0 || req.CPUs > 0 && req.CPUs < api.MinCPUs || req.CPUs > api.MaxCPUs:
 		return invalid("cpus: %v is out of range; give %g to %d (or leave it out for the size's)", req.CPUs, api.MinCPUs, api.MaxCPUs)
+	case req.CPUs > f.cfg.MaxCPUs:
+		return invalid("cpus: %v is more than this server's %g CPUs; give at most %g (or leave it out for the size's)", req.CPUs, f.cfg.MaxCPUs, f.cfg.MaxCPUs)
 	case req.MemoryBytes < 0 || req.MemoryBytes > 0 && req.MemoryBytes < api.MinMemoryBytes || req.MemoryBytes > api.MaxMemoryBytes:
 		return invalid("memory_bytes: %d is out of range; give %d (64 MiB) to %d (1 TiB) (or leave it out for the size's)", req.MemoryBytes, int64(api.MinMemoryBytes), int64(api.MaxMemoryBytes))
 	case req.DiskBytes < 0 || req.DiskBytes > 0 && req.DiskBytes < api.MinDiskBytes || req.DiskBytes > api.MaxDiskBytes:
@@ -85,6 +87,9 @@ func (f *Fleet) checkSize(preset *api.Size, req api.CreateSandbox) error {
 	if req.CPUs > 0 {
 		preset.CPUs = req.CPUs
 	}
+	// A preset larger than the machine (large on a 2-CPU host) gets
+	// what there is, and its record says so.
+	preset.CPUs = min(preset.CPUs, f.cfg.MaxCPUs)
 	if req.MemoryBytes > 0 {
 		preset.MemoryBytes = req.MemoryBytes
 	}

@@ -42,7 +42,7 @@ func (s *Service) Create(ctx context.Context, team string, req api.CreateRun, wo
 	if err != nil {
 		return api.Run{}, err
 	}
-	cfg := runConfig{Agent: req.Agent, WebhookURL: req.WebhookURL, WebhookSecret: req.WebhookSecret}
+	cfg := runConfig{Agent: req.Agent, WebhookURL: req.WebhookURL, WebhookSecret: req.WebhookSecret, MadeSandbox: made}
 	generated := ""
 	if cfg.WebhookURL != "" && cfg.WebhookSecret == "" {
 		generated = newID("whsec_") + newID("")

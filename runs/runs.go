@@ -51,6 +51,10 @@ type Sandboxes interface {
 	// sandbox it made when the run's workspace tar does not load.
 	// ErrNotFound when the team has no such sandbox.
 	Delete(ctx context.Context, team, id string) error
+	// Stop stops team's sandbox id and keeps its disk (Open resumes
+	// it): a run that failed before its model ever answered stops the
+	// sandbox it made, so nothing is left running for it.
+	Stop(ctx context.Context, team, id string) (store.Sandbox, error)
 	// Begin counts the sandbox id in use until end is called, so a
 	// working agent keeps its sandbox from idling out between its
 	// commands.
@@ -132,6 +136,9 @@ type runConfig struct {
 	Agent         api.RunAgent `json:"agent"`
 	WebhookURL    string       `json:"webhook_url,omitempty"`
 	WebhookSecret string       `json:"webhook_secret,omitempty"`
+	// MadeSandbox is true when the run made its sandbox (false for a
+	// sandbox_id the caller chose, which a run never stops).
+	MadeSandbox bool `json:"made_sandbox,omitempty"`
 }
 
 // runSummary is the part of a run's record its view shows without

@@ -156,10 +156,36 @@ func (s *Service) finish(ctx context.Context, lr *liveRun, res *agent.Result, er
 		lr.rec.Output = res.Output
 	}
 	clear(lr.outBytes)
+	unused := status == api.RunFailed && lr.sum.Usage.Requests == 0
 	lr.mu.Unlock()
+	if unused && s.stopUnused(bg, lr) {
+		msg += " (the sandbox made for the run is stopped; a message resumes it)"
+	}
 	if err := s.end(bg, lr, status, msg); err != nil {
 		s.log.Error("saving a finished run", "run", lr.id, "err", err)
 	}
+}
+
+// stopUnused stops the sandbox a run made for itself when the run failed
+// before its model ever answered (no model, a bad key, an unreachable
+// endpoint): nothing ran in it, and it must not be left running and
+// billed for a run that did not start. A sandbox the caller chose is
+// left alone. It reports whether it stopped one.
+func (s *Service) stopUnused(ctx context.Context, lr *liveRun) bool {
+	lr.mu.Lock()
+	rec := lr.rec
+	lr.mu.Unlock()
+	var cfg runConfig
+	if json.Unmarshal(rec.Config, &cfg) != nil || !cfg.MadeSandbox || rec.SandboxID == "" {
+		return false
+	}
+	if _, err := s.cfg.Sandboxes.Stop(ctx, lr.team, rec.SandboxID); err != nil {
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			s.log.Error("stopping the sandbox of a run that failed before its first model call", "run", lr.id, "sandbox", rec.SandboxID, "err", err)
+		}
+		return false
+	}
+	return true
 }
 
 // record keeps a segment's result in the run's record. The caller holds

@@ -63,6 +63,14 @@ func (b *boxes) Delete(ctx context.Context, team, id string) error {
 	return b.st.DeleteSandbox(ctx, id)
 }
 
+func (b *boxes) Stop(ctx context.Context, team, id string) (store.Sandbox, error) {
+	rec, err := b.st.GetSandbox(ctx, team, id)
+	if err != nil {
+		return rec, err
+	}
+	return rec, b.rt.Stop(ctx, id)
+}
+
 func (b *boxes) Begin(id string) (end func()) { return func() {} }
 
 func models(ctx context.Context, spec runs.ModelSpec) (agent.Model, error) {

@@ -109,6 +109,9 @@ type Info struct {
 	State     State     `json:"state"`
 	Spec      Spec      `json:"spec"`
 	CreatedAt time.Time `json:"created_at"`
+	// Deadline is when the TTL stops the sandbox; zero when it has none
+	// or its clock has not started (the TTL counts from the first start).
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Runtime creates and manages sandboxes. Implementations must be safe for

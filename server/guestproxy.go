@@ -45,11 +45,11 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 	// at its TTL: ask the runtime too.
 	info, err := sess.Info(r.Context())
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("sandbox %s: %w", rec.ID, err))
+		s.fail(w, r, sandbox.WrapIDf(rec.ID, err, "sandbox %s", rec.ID))
 		return
 	}
 	if info.State != sandbox.StateRunning {
-		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, info.State, rec.ID, sandbox.ErrState))
+		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/{id}/resume): %w", rec.ID, info.State, sandbox.ErrState))
 		return
 	}
 	network, address, token, ok := proxy.DaemonEndpoint(sess)

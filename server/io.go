@@ -198,7 +198,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	ps, err := sess.Processes(r.Context())
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("listing the processes of sandbox %s: %w", rec.ID, err))
+		s.fail(w, r, sandbox.WrapIDf(rec.ID, err, "listing the processes of sandbox %s", rec.ID))
 		return
 	}
 	out := api.ProcessList{Processes: make([]api.Process, 0, len(ps))}

@@ -142,7 +142,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c *caller) (sto
 	rec, sess, err := s.fleet.Session(r.Context(), c.team, r.PathValue("id"))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrState) && rec.State == store.StateStopped {
-			err = fmt.Errorf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume): %w", rec.ID, rec.ID, sandbox.ErrState)
+			err = fmt.Errorf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/{id}/resume): %w", rec.ID, sandbox.ErrState)
 		}
 		s.fail(w, r, err)
 		return rec, nil, false

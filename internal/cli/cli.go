@@ -75,6 +75,13 @@ var Version = "dev"
 
 // Run runs one cove command line (without the program name).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := dispatch(ctx, args, stdout, stderr); !errors.Is(err, errHelp) {
+		return err
+	}
+	return nil // -h or --help: the usage is on stdout
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ErrUsage

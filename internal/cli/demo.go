@@ -17,10 +17,10 @@ import (
 // the sandbox.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: cove demo [--keep] [-- COMMAND ARGS...]\n\nStarts a sandbox, runs a command in it through its daemon, prints the output and deletes the sandbox.\n")
 	keep := fs.Bool("keep", false, "keep the sandbox instead of deleting it")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	cmd := fs.Args()
 	if len(cmd) == 0 {

@@ -33,6 +33,9 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, keyUsage)
 		return ErrUsage
 	}
+	if helpAsked(args) || args[0] == "help" {
+		return showHelp(stdout, keyUsage)
+	}
 	if args[0] == "create" {
 		return keyCreate(ctx, args[1:], stdout, stderr)
 	}

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/term"
 
@@ -63,7 +62,7 @@ func (o *runOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.approve, "approve", "risky", "which tool calls wait for your y/n: never, risky (deletes, installs, network, pushes, writes outside the workspace) or all")
 	fs.StringVar(&o.out, "out", "", "copy the final workspace to this directory (default: print the changes as a patch)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the run's events as JSON lines on stdout")
-	fs.StringVar(&o.stateFile, "state", "cove-run-state.json", "where a run waiting for approval saves its state when it cannot ask (--json, or no terminal)")
+	fs.StringVar(&o.stateFile, "state", "", "where a run waiting for approval saves its state when it cannot ask (--json, or no terminal); never uploaded to the sandbox (default: a new file under Cove's state directory, in runs/)")
 	fs.StringVar(&o.resume, "resume", "", "resume the run saved in this state file, with the flags it was started with unless given again")
 	fs.Var(&o.approveCalls, "approve-call", "with --resume: approve this call id (or all); repeatable")
 	fs.Var(&o.rejectCalls, "reject-call", "with --resume: reject this call id (or all); repeatable")
@@ -100,6 +99,9 @@ type agentRun struct {
 	// temporary copy of the workspace as the run left it ("" until the
 	// run finishes).
 	original, finalDir string
+	// skip are the run's own state files inside original (relative):
+	// never uploaded, left as they are at the end (runstate.go).
+	skip []string
 }
 
 func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -107,10 +109,10 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	o := &r.o
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage); fs.PrintDefaults() }
 	o.flags(fs)
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -164,13 +166,10 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := r.run(ctx, task, stdin); err != nil {
 		return err
 	}
-	if err := r.result(); err != nil {
-		return err
-	}
 	if o.resume != "" {
-		os.Remove(o.resume)
+		os.Remove(o.resume) // done with; before the patch, which must not show it
 	}
-	return nil
+	return r.result()
 }
 
 // loadResume reads the saved run of --resume, if any: its calls are
@@ -204,6 +203,10 @@ func (r *agentRun) loadResume(given map[string]bool) error {
 // setup makes the run's model, tools, runtime, sandbox spec and agent.
 func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...any) error) error {
 	o := &r.o
+	ttl, err := parseTTL(o.ttl)
+	if err != nil {
+		return err // says what --ttl takes
+	}
 	model, err := app.RunModel(o.model, o.baseURL, o.api)
 	if err != nil {
 		return err
@@ -231,14 +234,11 @@ func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...a
 		return err
 	}
 	r.rt = rt
-	spec := sandbox.Spec{Template: o.template, Limits: sandbox.Limits{CPUs: o.cpus}}
+	spec := sandbox.Spec{Template: o.template, TTL: ttl, Limits: sandbox.Limits{CPUs: o.cpus}}
 	if o.memory != "" {
 		if spec.Limits.MemoryBytes, err = parseSize(o.memory); err != nil {
 			return fmt.Errorf("--memory %q: %v", o.memory, err)
 		}
-	}
-	if spec.TTL, err = time.ParseDuration(o.ttl); err != nil {
-		return fmt.Errorf("--ttl %q: %v (use a duration like 30m)", o.ttl, err)
 	}
 	r.a = &agent.Agent{
 		Name:         "cove",
@@ -262,6 +262,7 @@ func (r *agentRun) workspace(ctx context.Context) error {
 	o, sc, show := &r.o, r.cfg.Sandbox, r.show
 	if st := r.st; st != nil {
 		r.original = st.Meta[metaWorkspace]
+		r.skip = inWorkspace(r.original, o.stateFile, o.resume)
 		if ss := st.Sandbox; ss != nil && ss.ID != "" {
 			if _, err := r.rt.Get(ctx, ss.ID); err == nil {
 				show.note("resuming in sandbox %s", ss.ID)
@@ -294,9 +295,10 @@ func (r *agentRun) workspace(ctx context.Context) error {
 				return fmt.Errorf("--workspace %s: not a directory", o.workspace)
 			}
 			r.original = original
+			r.skip = inWorkspace(original, o.stateFile)
 			sc.Prepare = func(ctx context.Context, s sandbox.Session) error {
 				show.note("uploading %s to sandbox %s", original, s.ID())
-				return uploadDir(ctx, s, original)
+				return uploadDir(ctx, s, original, r.skip...)
 			}
 		}
 	}
@@ -375,6 +377,11 @@ func (r *agentRun) save(res *agent.Result) error {
 	if res.State.Meta[metaOptions], err = o.saved(); err != nil {
 		return err
 	}
+	if o.stateFile == "" {
+		if o.stateFile, err = newStateFile(o.stateDir); err != nil {
+			return fmt.Errorf("saving the run state: %w", err)
+		}
+	}
 	b, _ := json.Marshal(res.State)
 	if werr := os.WriteFile(o.stateFile, b, 0o600); werr != nil {
 		return fmt.Errorf("saving the run state: %w", werr)
@@ -389,6 +396,9 @@ func (r *agentRun) result() error {
 	o, show := &r.o, r.show
 	if r.finalDir == "" {
 		return nil
+	}
+	if err := keepSkipped(r.original, r.finalDir, r.skip); err != nil {
+		return fmt.Errorf("keeping the run's state file: %w", err)
 	}
 	if o.out != "" {
 		if err := workdir.Sync(r.finalDir, o.out, r.original); err != nil {
@@ -616,10 +626,11 @@ func readLine(ctx context.Context, in *bufio.Reader) (string, error) {
 	}
 }
 
-// uploadDir copies a host directory into the workspace as one tar stream.
-func uploadDir(ctx context.Context, s sandbox.Session, dir string) error {
+// uploadDir copies a host directory into the workspace as one tar
+// stream, without the files named in skip (relative, slash-separated).
+func uploadDir(ctx context.Context, s sandbox.Session, dir string, skip ...string) error {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(tarball.Write(ctx, pw, dir)) }()
+	go func() { pw.CloseWithError(writeTarSkipping(ctx, pw, dir, skip)) }()
 	err := s.RestoreWorkspace(ctx, pr)
 	pr.CloseWithError(err)
 	return err

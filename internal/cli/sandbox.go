@@ -61,6 +61,10 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return ErrUsage
 	}
 	server, args := extractFlag(args, "--server")
+	if sandboxHelpAsked(args) {
+		// Before the runtime: help opens no store and starts no pool.
+		return sandboxHelpFor(ctx, args[0], stdout, stderr)
+	}
 	rt, err := app.SandboxRuntime(stateDir, server)
 	if err != nil {
 		return err
@@ -76,7 +80,7 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "cp":
 		return sandboxCopy(ctx, rt, args, stderr)
 	case "snapshot":
-		return sandboxSnapshot(ctx, rt, args, stderr)
+		return sandboxSnapshot(ctx, rt, args, stdout, stderr)
 	case "stop":
 		return eachID(args, func(id string) error { return rt.Stop(ctx, id) }, stdout, "stopped")
 	case "resume":
@@ -104,11 +108,39 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("drain empties the local runtime's pool; a server has none to drain")
 		}
 		return l.DrainPool(ctx)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, sandboxUsage)
-		return nil
 	}
 	return usageErr(stderr, fmt.Sprintf("unknown sandbox command %q", cmd))
+}
+
+// sandboxHelpAsked reports whether `cove sandbox args...` asks for help.
+func sandboxHelpAsked(args []string) bool {
+	switch sub, rest := args[0], args[1:]; {
+	case sub == "help" || isHelpFlag(sub):
+		return true
+	case sub == "exec":
+		return execHelpAsked(rest)
+	default:
+		return helpAsked(rest)
+	}
+}
+
+// sandboxHelpFor prints the usage of `cove sandbox sub` on stdout.
+func sandboxHelpFor(ctx context.Context, sub string, stdout, stderr io.Writer) error {
+	help := []string{"-h"}
+	switch sub {
+	case "create":
+		return sandboxCreate(ctx, nil, help, stdout, stderr)
+	case "exec":
+		return sandboxExec(ctx, nil, help, stdout, stderr)
+	case "snapshot":
+		return sandboxSnapshot(ctx, nil, help, stdout, stderr)
+	case "rm", "delete":
+		return sandboxRemove(ctx, nil, help, stdout, stderr)
+	}
+	if text, ok := sandboxHelp[sub]; ok {
+		return showHelp(stdout, text)
+	}
+	return showHelp(stdout, sandboxUsage)
 }
 
 func usageErr(stderr io.Writer, msg string) error {
@@ -146,10 +178,11 @@ func extractFlag(args []string, name string) (string, []string) {
 
 func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("create", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: cove sandbox create [flags]\n\nCreates and starts a sandbox; prints its id.\n")
 	tmpl := fs.String("template", "", "template name (default host)")
-	ttl := fs.Duration("ttl", 0, "stop the sandbox this long after it starts (e.g. 30m)")
-	cpus := fs.Float64("cpus", 0, "CPU quota in cores")
+	ttl := new(time.Duration)
+	fs.Var(ttlFlag{ttl}, "ttl", "stop the sandbox this long after it starts: a duration with its unit, such as 30m or 1h (default: no TTL)")
+	cpus := fs.Float64("cpus", 0, "CPU quota in cores, at most this machine's CPU count (or the server's)")
 	mem := fs.String("memory", "", "memory limit (e.g. 512M, 2G)")
 	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
 	// A finite default: one sandbox must not be able to take every pid of
@@ -160,8 +193,8 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")
 	network := fs.String("network", "none", "none (loopback only), internet (public addresses; not the host, private ranges or cloud metadata) or allow (only --allow)")
 	fs.Var(&allow, "allow", "with --network allow: an address, CIDR or host, with an optional :port, the sandbox may reach (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{},
 		Network: sandbox.Network{Mode: *network, Allow: allow}}
@@ -250,24 +283,51 @@ func sandboxList(ctx context.Context, rt sandbox.Runtime, stdout io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tAGE\tTTL")
+	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tAGE\tTTL LEFT")
+	now := time.Now()
 	for _, in := range infos {
 		tmpl := in.Spec.Template
 		if tmpl == "" {
 			tmpl = "host"
 		}
-		ttl := "-"
-		if in.Spec.TTL > 0 {
-			ttl = in.Spec.TTL.String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.ID, in.State, tmpl, time.Since(in.CreatedAt).Round(time.Second), ttl)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.ID, in.State, tmpl, shortDur(now.Sub(in.CreatedAt)), ttlLeft(in, now))
 	}
 	return tw.Flush()
 }
 
+// ttlLeft is how long sandbox in has before its TTL stops it: "-" with no
+// TTL, "expired" once past it, the TTL itself while its clock has not
+// started.
+func ttlLeft(in sandbox.Info, now time.Time) string {
+	switch {
+	case !in.Deadline.IsZero() && !now.Before(in.Deadline):
+		return "expired"
+	case !in.Deadline.IsZero():
+		return shortDur(in.Deadline.Sub(now))
+	case in.Spec.TTL > 0:
+		return shortDur(in.Spec.TTL) + " (from start)"
+	}
+	return "-"
+}
+
+// shortDur is d, cut to the second, in at most two units: 45s, 12m3s,
+// 2h5m, 3d4h.
+func shortDur(d time.Duration) string {
+	d = max(0, d.Truncate(time.Second))
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
 func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: cove sandbox exec ID [-i] [-t] [-e K=V]... [-w DIR] [-u USER] -- CMD [ARGS...]\n\nRuns a command in a sandbox; exits with its exit code.\n")
 	interactive := fs.Bool("i", false, "send our standard input to the command")
 	tty := fs.Bool("t", false, "run the command on a terminal (implies -i)")
 	dir := fs.String("w", "", "working directory (default: the workspace)")
@@ -295,8 +355,8 @@ func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout,
 	if !strings.HasPrefix(expanded[0], "-") {
 		id, expanded = expanded[0], expanded[1:]
 	}
-	if err := fs.Parse(expanded); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, expanded, stdout, stderr); err != nil {
+		return err
 	}
 	argv := fs.Args()
 	if id == "" {
@@ -333,7 +393,7 @@ func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout,
 		st, err = s.Exec(ctx, req)
 	}
 	if err != nil {
-		return fmt.Errorf("sandbox %s: %w", id, err)
+		return sandbox.WrapID(id, err)
 	}
 	switch {
 	case st.OOM:
@@ -524,16 +584,19 @@ func copyOut(ctx context.Context, s sandbox.Session, src, dst string, stderr io.
 	return nil
 }
 
-func sandboxSnapshot(ctx context.Context, rt sandbox.Runtime, args []string, stderr io.Writer) error {
+func sandboxSnapshot(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: cove sandbox snapshot ID -o FILE.tar\n\nSaves the sandbox's workspace as a tar.\n")
 	out := fs.String("o", "", "file to write the tar to")
+	if helpAsked(args) {
+		return parseFlags(fs, []string{"-h"}, stdout, stderr)
+	}
 	if len(args) == 0 {
 		return usageErr(stderr, "snapshot needs a sandbox id")
 	}
 	id := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args[1:], stdout, stderr); err != nil {
+		return err
 	}
 	if *out == "" {
 		return usageErr(stderr, "snapshot needs -o FILE.tar")
@@ -572,10 +635,10 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 func sandboxRemove(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: cove sandbox rm [-f] ID...\n\nDeletes sandboxes and their disks.\n")
 	force := fs.Bool("f", false, "stop running sandboxes first")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	return eachID(fs.Args(), func(id string) error {
 		s, err := rt.Get(ctx, id)
@@ -587,7 +650,7 @@ func sandboxRemove(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 			return err
 		}
 		if info.State == sandbox.StateRunning && !*force {
-			return fmt.Errorf("sandbox %s is running: stop it first (cove sandbox stop %s) or use rm -f: %w", id, id, sandbox.ErrState)
+			return fmt.Errorf("sandbox %s is running: stop it first (cove sandbox stop) or use rm -f: %w", id, sandbox.ErrState)
 		}
 		return rt.Delete(ctx, id)
 	}, stdout, "deleted")
@@ -602,7 +665,7 @@ func eachID(ids []string, fn func(string) error, stdout io.Writer, verb string) 
 	var errs []error
 	for _, id := range ids {
 		if err := fn(id); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			errs = append(errs, sandbox.WrapID(id, err))
 			continue
 		}
 		fmt.Fprintf(stdout, "%s %s\n", verb, id)

@@ -31,7 +31,7 @@ Flags:
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
 	addr := fs.String("addr", "127.0.0.1:7300", "address to listen on")
 	data := fs.String("data", "", "directory for the database, snapshots and sandboxes (default: Cove's state directory/server)")
 	stateDir := fs.String("state-dir", "", "Cove's state directory (templates are shared with cove template)")
@@ -62,8 +62,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPids := fs.Int("max-pids", 8192, "the largest pids limit (processes and threads) a sandbox create may ask for")
 	unlimitedPids := fs.Bool("allow-unlimited-pids", false, "let creates ask for no pids limit (pids -1)")
 	allowPrivate := fs.String("network-allow-private", os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"), "comma-separated IPv4 CIDRs, otherwise unreachable (private ranges, the host's networks), that a sandbox's network allow list may name; cloud metadata and this host's own addresses never ($COVE_NETWORK_ALLOW_PRIVATE; default none)")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cove serve: unexpected argument %q\n", fs.Arg(0))

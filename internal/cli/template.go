@@ -38,6 +38,9 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return ErrUsage
 	}
 	sub, args := args[0], args[1:]
+	if helpAsked(args) {
+		return showHelp(stdout, templateUsage)
+	}
 	fs := flag.NewFlagSet("template "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, templateUsage) }

@@ -29,7 +29,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	}
 	resume, err := r.pause(id, src)
 	if err != nil {
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	defer resume()
 
@@ -39,15 +39,15 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	nid := sbutil.NewID()
 	dir := r.dir(nid)
 	if err := r.newDir(nid, spec, false); err != nil {
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	srcDisk, err := disk.Open(filepath.Join(r.dir(id), "disk"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, hostFault(err))
+		return nil, sandbox.WrapIDf(id, hostFault(err), "forking sandbox %q", id)
 	}
 	// A running sandbox's disk is mounted only in its supervisor's mount
 	// namespace: reach it there, so it is frozen for the copy and the copy
@@ -85,7 +85,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	c, st, err := r.startLocked(ctx, nid, st)
 	if err != nil {
 		r.destroy(context.WithoutCancel(ctx), nid)
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	return r.sessionOn(c, nid, st), nil
 }

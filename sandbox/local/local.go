@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -234,6 +235,11 @@ const MinPids = 16
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Session, error) {
 	if err := spec.Normalize(); err != nil {
 		return nil, err
+	}
+	if n := runtime.NumCPU(); spec.Limits.CPUs > float64(n) {
+		// A quota above the machine's CPUs limits nothing: say so rather
+		// than promise what the sandbox cannot get.
+		return nil, fmt.Errorf("cpus %g is more than this machine has (%d): ask for at most %d: %w", spec.Limits.CPUs, n, n, sandbox.ErrInvalid)
 	}
 	r.defaults(&spec)
 	if r.cfg.Pool > 0 && r.poolable(spec) {
@@ -465,7 +471,7 @@ func (r *Runtime) sessionOn(c *guest.Client, id string, st *state) *guest.Sessio
 			return sandbox.Info{}, err
 		}
 		return st.Info, nil
-	}, fmt.Sprintf(" (cove sandbox resume %s)", id)))
+	}, " (cove sandbox resume)"))
 }
 
 func (r *Runtime) Get(ctx context.Context, id string) (sandbox.Session, error) {
@@ -483,7 +489,9 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Info, error) {
 		if err != nil || st.Pooled {
 			return sandbox.Info{}, false
 		}
-		return st.Info, true
+		in := st.Info
+		in.Deadline = st.Deadline
+		return in, true
 	})
 }
 

@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"time"
 
@@ -27,18 +26,18 @@ func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 	out := sandbox.Stats{At: time.Now().UTC()}
 	d, err := disk.Open(filepath.Join(r.dir(id), "disk"))
 	if err != nil {
-		return out, fmt.Errorf("measuring sandbox %q: %w", id, hostFault(err))
+		return out, sandbox.WrapIDf(id, hostFault(err), "measuring sandbox %q", id)
 	}
 	if st.Info.State == sandbox.StateRunning {
 		if view := host.DiskView(st.ShimPID); view != "" {
 			d = d.Via(view)
 		}
 		if err := r.cgroupStats(id, st, &out); err != nil {
-			return out, fmt.Errorf("measuring sandbox %q: %w", id, err)
+			return out, sandbox.WrapIDf(id, err, "measuring sandbox %q", id)
 		}
 	}
 	if out.DiskUsed, out.DiskTotal, err = d.Usage(); err != nil {
-		return out, fmt.Errorf("measuring sandbox %q: %w", id, err)
+		return out, sandbox.WrapIDf(id, err, "measuring sandbox %q", id)
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // APIExec runs a command in sandbox id through the API's own exec
@@ -33,7 +34,7 @@ func (r *Runtime) APIExec(ctx context.Context, id string, req api.Exec, stdout, 
 	for sc.Scan() {
 		var ev api.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return api.ExecEvent{}, fmt.Errorf("reading the exec stream of sandbox %q: %w", id, err)
+			return api.ExecEvent{}, sandbox.WrapIDf(id, err, "reading the exec stream of sandbox %q", id)
 		}
 		switch ev.Type {
 		case "stdout", "stderr":
@@ -53,7 +54,7 @@ func (r *Runtime) APIExec(ctx context.Context, id string, req api.Exec, stdout, 
 			return ev, nil
 		case "error":
 			e := &Error{Code: ev.Code, Message: ev.Error}
-			return ev, fmt.Errorf("exec in sandbox %q: %w", id, e)
+			return ev, sandbox.WrapIDf(id, e, "exec in sandbox %q", id)
 		}
 	}
 	if ctx.Err() != nil {

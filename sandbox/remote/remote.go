@@ -135,7 +135,7 @@ func (r *Runtime) get(ctx context.Context, id string) (api.Sandbox, error) {
 		err = r.call(ctx, http.MethodGet, p, nil, &sb)
 	}
 	if err != nil {
-		return sb, fmt.Errorf("getting sandbox %q: %w", id, err)
+		return sb, sandbox.WrapIDf(id, err, "getting sandbox %q", id)
 	}
 	return sb, nil
 }
@@ -170,7 +170,7 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 		err = r.call(ctx, http.MethodPost, p, nil, nil)
 	}
 	if err != nil {
-		return fmt.Errorf("stopping sandbox %q: %w", id, err)
+		return sandbox.WrapIDf(id, err, "stopping sandbox %q", id)
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 		err = r.call(ctx, http.MethodPost, p, nil, &sb)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
+		return nil, sandbox.WrapIDf(id, err, "resuming sandbox %q", id)
 	}
 	return r.session(sb), nil
 }
@@ -195,7 +195,7 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		err = r.call(ctx, http.MethodDelete, p, nil, nil)
 	}
 	if err != nil {
-		return fmt.Errorf("deleting sandbox %q: %w", id, err)
+		return sandbox.WrapIDf(id, err, "deleting sandbox %q", id)
 	}
 	return nil
 }
@@ -209,7 +209,7 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		err = r.call(ctx, http.MethodPost, p, nil, &sb)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("forking sandbox %q: %w", id, err)
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	return r.session(sb), nil
 }
@@ -228,7 +228,7 @@ func (r *Runtime) SetDeadline(ctx context.Context, id string, t time.Time) error
 		err = r.call(ctx, http.MethodPost, p, api.SetTTL{TTLSeconds: secs}, nil)
 	}
 	if err != nil {
-		return fmt.Errorf("setting the TTL of sandbox %q: %w", id, err)
+		return sandbox.WrapIDf(id, err, "setting the TTL of sandbox %q", id)
 	}
 	return nil
 }
@@ -279,7 +279,11 @@ func info(sb api.Sandbox) sandbox.Info {
 		// The TTL as it stands: from the start to the deadline.
 		spec.TTL = sb.Deadline.Sub(sb.StartedAt).Round(time.Second)
 	}
-	return sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt}
+	in := sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt}
+	if sb.Deadline != nil {
+		in.Deadline = *sb.Deadline
+	}
+	return in
 }
 
 // call makes one API request: body (when not nil) as JSON, the response

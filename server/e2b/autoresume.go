@@ -128,7 +128,7 @@ func (s *API) resumeFor(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		writeProxyError(w, r, http.StatusBadGateway, rec.ID, port, fmt.Sprintf("The sandbox %s was not found: it was killed, its timeout passed, or the id is wrong", rec.ID))
 		return fresh, false
 	case err != nil:
-		status, _, msg := s.cfg.Errs.Failure(r, fmt.Errorf("resuming sandbox %s: %w", rec.ID, err))
+		status, _, msg := s.cfg.Errs.Failure(r, sandbox.WrapIDf(rec.ID, err, "resuming sandbox %s", rec.ID))
 		writeProxyError(w, r, status, rec.ID, port, msg)
 		return fresh, false
 	case fresh.State != store.StateRunning:

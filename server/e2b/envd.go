@@ -91,7 +91,7 @@ func (s *API) ServeByHost(w http.ResponseWriter, r *http.Request, id string, por
 	rec, err := s.fleet.Find(r.Context(), id)
 	if port != envdPort && (err != nil || rec.Spec.Labels[madeLabel] == "") {
 		if err != nil {
-			s.cfg.Errs.Fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
+			s.cfg.Errs.Fail(w, r, sandbox.WrapID(id, err))
 			return
 		}
 		s.proxy.PortOf(w, r, rec, port, "", "/")
@@ -109,7 +109,7 @@ func (s *API) serveTraffic(w http.ResponseWriter, r *http.Request, id string, po
 // reading it) the caller has read.
 func (s *API) serveFound(w http.ResponseWriter, r *http.Request, id string, port int, rec store.Sandbox, err error) {
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		status, _, msg := s.cfg.Errs.Failure(r, fmt.Errorf("reading sandbox %s: %w", id, err))
+		status, _, msg := s.cfg.Errs.Failure(r, sandbox.WrapIDf(id, err, "reading sandbox %s", id))
 		writeProxyError(w, r, status, id, port, msg)
 		return
 	}

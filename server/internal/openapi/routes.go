@@ -86,7 +86,7 @@ var Routes = []Route{
 // the server accepts.
 var FieldDocs = map[string]map[string]any{
 	"CreateSandbox.size": {"description": "a preset: small (1 CPU, 512 MiB, 2 GiB disk, 512 pids; the default), medium (2, 2 GiB, 10 GiB, 1024) or large (4, 8 GiB, 40 GiB, 2048); the fields below override its parts"},
-	"CreateSandbox.cpus": {"description": "CPU quota in cores; 0 or absent is the size's", "minimum": api.MinCPUs, "maximum": api.MaxCPUs},
+	"CreateSandbox.cpus": {"description": "CPU quota in cores, at most the server machine's CPU count; 0 or absent is the size's (capped the same way)", "minimum": api.MinCPUs, "maximum": api.MaxCPUs},
 	"CreateSandbox.memory_bytes": {"description": "memory limit; 0 or absent is the size's (64 MiB to 1 TiB)",
 		"minimum": api.MinMemoryBytes, "maximum": int64(api.MaxMemoryBytes)},
 	"CreateSandbox.disk_bytes": {"description": "disk limit; 0 or absent is the size's (16 MiB to 1 TiB)",

@@ -183,7 +183,7 @@ func (p *Proxy) PortHost(host string) (id string, port int, ok bool) {
 func (px *Proxy) Port(w http.ResponseWriter, r *http.Request, id string, port int, prefix, cookiePath string) {
 	rec, err := px.Fleet.Find(r.Context(), id)
 	if err != nil {
-		px.Errs.Fail(w, r, fmt.Errorf("sandbox %q: %w", id, err))
+		px.Errs.Fail(w, r, sandbox.WrapID(id, err))
 		return
 	}
 	px.PortOf(w, r, rec, port, prefix, cookiePath)
@@ -196,7 +196,7 @@ func (px *Proxy) PortOf(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 	p, err := px.Fleet.Port(ctx, id, port)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		web.WriteError(w, r, http.StatusNotFound, api.CodeNotFound,
-			fmt.Sprintf("port %d of sandbox %s is not exposed; expose it with POST /v1/sandboxes/%s/ports/%d", port, id, id, port))
+			fmt.Sprintf("port %d of sandbox %s is not exposed; expose it with POST /v1/sandboxes/{id}/ports/%d", port, id, port))
 		return
 	}
 	if err != nil {
@@ -209,7 +209,7 @@ func (px *Proxy) PortOf(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		if ok, fromCookie = portTokenOK(r, p.Token); !ok {
 			msg := fmt.Sprintf("port %d of sandbox %s is private: send its token as the %s header or the %s query parameter", port, id, portTokenHeader, portTokenQuery)
 			if portTokenGiven(r) {
-				msg = fmt.Sprintf("wrong token for port %d of sandbox %s; POST /v1/sandboxes/%s/ports/%d shows the right one", port, id, id, port)
+				msg = fmt.Sprintf("wrong token for port %d of sandbox %s; POST /v1/sandboxes/{id}/ports/%d shows the right one", port, id, port)
 			}
 			web.WriteError(w, r, http.StatusForbidden, api.CodeForbidden, msg)
 			return
@@ -217,12 +217,12 @@ func (px *Proxy) PortOf(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 	}
 	if rec.State != store.StateRunning {
 		web.WriteError(w, r, http.StatusConflict, api.CodeState,
-			fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume)", id, id))
+			fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/{id}/resume)", id))
 		return
 	}
 	sess, err := px.Fleet.LiveSession(ctx, rec)
 	if err != nil {
-		px.Errs.Fail(w, r, fmt.Errorf("sandbox %s: %w", id, err))
+		px.Errs.Fail(w, r, sandbox.WrapID(id, err))
 		return
 	}
 	if !p.Public && !fromCookie {
@@ -300,7 +300,7 @@ func (px *Proxy) Forward(w http.ResponseWriter, r *http.Request, rec store.Sandb
 				// The runtime stopped it (its own TTL) before the
 				// lifecycle loop recorded so.
 				portErr(w, r, http.StatusConflict, api.CodeState,
-					fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/%s/resume)", id, id))
+					fmt.Sprintf("sandbox %s is stopped; resume it first (POST /v1/sandboxes/{id}/resume)", id))
 			case derr != nil:
 				px.Log.Warn("dialing a sandbox port", "request_id", web.RequestID(r), "sandbox", id, "port", port, "err", derr)
 				portErr(w, r, http.StatusBadGateway, api.CodeUpstream,
