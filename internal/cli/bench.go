@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -44,7 +44,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rt, err := app.BenchHostproc(filepath.Join(dir, "rt"))
+	rt, err := runtimes.BenchHostproc(filepath.Join(dir, "rt"))
 	if err != nil {
 		return err
 	}

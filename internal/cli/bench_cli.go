@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -39,7 +39,7 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	defer os.RemoveAll(dir)
 	// Where `cove sandbox --state-dir dir` looks; no pool (COVE_POOL is
 	// not read), so deleting the one sandbox leaves nothing behind.
-	rt, err := app.BenchLocal(filepath.Join(dir, "sandboxes"), 0)
+	rt, err := runtimes.BenchLocal(filepath.Join(dir, "sandboxes"), 0)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -28,7 +28,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// The isolated local runtime when we can (root), else the daemon as
 	// a plain child process, said plainly.
-	rt, fallback, err := app.Machine("")
+	rt, fallback, err := runtimes.Machine("")
 	kind := "isolated: namespaces, overlay root, seccomp"
 	if fallback != nil {
 		fmt.Fprintf(stderr, "→ %v\n  falling back to the hostproc runtime: NO isolation\n", fallback)

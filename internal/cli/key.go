@@ -11,6 +11,7 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 )
 
 const keyUsage = `Usage:
@@ -39,7 +40,7 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if args[0] == "create" {
 		return keyCreate(ctx, args[1:], stdout, stderr)
 	}
-	c, err := app.APIClient()
+	c, err := runtimes.APIClient()
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func keyCreate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "admin key %s (shown once; keep it). To retire the lost one: cove key ls --all, then cove key revoke ID\n", id)
 		return nil
 	}
-	c, err := app.APIClient()
+	c, err := runtimes.APIClient()
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/tool/mcp"
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/internal/cli/workdir"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -94,7 +95,7 @@ type agentRun struct {
 	a   *agent.Agent
 	cfg agent.RunConfig
 	// kind is what rt is: isolated, unisolated or a server's.
-	kind app.Kind
+	kind runtimes.Kind
 	// original is the host workspace (absolute; "" for none), finalDir a
 	// temporary copy of the workspace as the run left it ("" until the
 	// run finishes).
@@ -229,7 +230,7 @@ func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...a
 			return fmt.Errorf("reading --prices %s: %v", o.prices, err)
 		}
 	}
-	rt, kind, err := app.AgentRuntime(o.stateDir, o.server)
+	rt, kind, err := runtimes.AgentRuntime(o.stateDir, o.server)
 	if err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ func (r *agentRun) workspace(ctx context.Context) error {
 		}
 		return tarball.Extract(ctx, &buf, dir, tarball.ExtractOptions{})
 	}
-	if r.kind == app.Unisolated {
+	if r.kind == runtimes.Unisolated {
 		show.note("no isolation: not root, so commands run as plain host processes (hostproc runtime)")
 	}
 	return nil
@@ -518,7 +519,7 @@ func (o *runOptions) saved() (string, error) {
 	}
 	s.Out, s.Prices = abs(o.out), abs(o.prices)
 	// The store the sandbox is in, wherever COVE_HOME points next time.
-	s.StateDir = abs(app.DataDir(o.stateDir))
+	s.StateDir = abs(runtimes.DataDir(o.stateDir))
 	if err != nil {
 		return "", err
 	}

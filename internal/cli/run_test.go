@@ -21,7 +21,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/creack/pty"
 )
 
@@ -107,7 +107,7 @@ func runEnv(t *testing.T) string {
 // sandboxesIn lists the sandboxes of a state directory.
 func sandboxesIn(t *testing.T, home string) []string {
 	t.Helper()
-	rt, err := app.Local(home)
+	rt, err := runtimes.Local(home)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
@@ -65,7 +65,7 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// Before the runtime: help opens no store and starts no pool.
 		return sandboxHelpFor(ctx, args[0], stdout, stderr)
 	}
-	rt, err := app.SandboxRuntime(stateDir, server)
+	rt, err := runtimes.SandboxRuntime(stateDir, server)
 	if err != nil {
 		return err
 	}

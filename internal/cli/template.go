@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -29,7 +29,7 @@ template (the host's /usr, read-only) is built in.
 // templateInUse returns the function that tells whether a sandbox under
 // stateDir, running or stopped, uses the template with a given digest
 // (tests replace it).
-var templateInUse = app.TemplatesInUse
+var templateInUse = runtimes.TemplatesInUse
 
 // templateCmd implements `cove template build|import|ls|rm`.
 func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -74,8 +74,8 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case (sub == "rm" || sub == "remove") && n == 0:
 		return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
 	}
-	dir := app.DataDir(*stateDir)
-	st, err := app.Templates(dir)
+	dir := runtimes.DataDir(*stateDir)
+	st, err := runtimes.Templates(dir)
 	if err != nil {
 		return err
 	}
