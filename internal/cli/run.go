@@ -20,6 +20,7 @@ import (
 	"github.com/cove-sandbox/cove/agent/tool/mcp"
 	"github.com/cove-sandbox/cove/internal/app"
 	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/internal/cli/workdir"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -50,7 +51,7 @@ type runOptions struct {
 	jsonOut                                                                   bool
 	cpus                                                                      float64
 	maxTurns                                                                  int
-	approveCalls, rejectCalls, mcpCmds, mcpURLs                               multiFlag
+	approveCalls, rejectCalls, mcpCmds, mcpURLs                               clibase.MultiFlag
 }
 
 // flags defines cove run's flags on fs, into o.
@@ -112,7 +113,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage); fs.PrintDefaults() }
 	o.flags(fs)
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	given := map[string]bool{}
@@ -120,7 +121,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	usageErr := func(format string, args ...any) error {
 		fmt.Fprintf(stderr, "cove run: "+format+"\n", args...)
 		fs.Usage()
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	task := strings.Join(fs.Args(), " ")
 	switch {
@@ -204,7 +205,7 @@ func (r *agentRun) loadResume(given map[string]bool) error {
 // setup makes the run's model, tools, runtime, sandbox spec and agent.
 func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...any) error) error {
 	o := &r.o
-	ttl, err := parseTTL(o.ttl)
+	ttl, err := clibase.ParseTTL(o.ttl)
 	if err != nil {
 		return err // says what --ttl takes
 	}
@@ -237,7 +238,7 @@ func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...a
 	r.rt = rt
 	spec := sandbox.Spec{Template: o.template, TTL: ttl, Limits: sandbox.Limits{CPUs: o.cpus}}
 	if o.memory != "" {
-		if spec.Limits.MemoryBytes, err = parseSize(o.memory); err != nil {
+		if spec.Limits.MemoryBytes, err = clibase.ParseSize(o.memory); err != nil {
 			return fmt.Errorf("--memory %q: %v", o.memory, err)
 		}
 	}
@@ -349,7 +350,7 @@ func (r *agentRun) run(ctx context.Context, task string, stdin io.Reader) error 
 			}
 			if ctx.Err() != nil {
 				show.note("stopped; the sandbox was torn down")
-				return exitError{130}
+				return clibase.ExitError{Code: 130}
 			}
 			return err
 		}
@@ -359,7 +360,7 @@ func (r *agentRun) run(ctx context.Context, task string, stdin io.Reader) error 
 		// Ctrl-C: the Runner has torn the sandbox down; say so rather
 		// than print "context canceled".
 		show.note("stopped; the sandbox was torn down")
-		return exitError{130}
+		return clibase.ExitError{Code: 130}
 	}
 	return err
 }
@@ -388,7 +389,7 @@ func (r *agentRun) save(res *agent.Result) error {
 		return fmt.Errorf("saving the run state: %w", werr)
 	}
 	r.show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
-	return exitError{3}
+	return clibase.ExitError{Code: 3}
 }
 
 // result hands over the workspace the run left: copied to --out, or
