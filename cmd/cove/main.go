@@ -1,3 +1,5 @@
+//go:build !front
+
 // Command cove runs AI agents' work in isolated Linux sandboxes. All logic
 // lives in internal/cli; main only wires signals and the exit code.
 package main

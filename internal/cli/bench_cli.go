@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/front"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -31,6 +32,9 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	if f := os.Getenv(front.FrontEnv); f != "" {
+		exe = f // the binary the user ran, not the full cove it handed to
 	}
 	dir, err := os.MkdirTemp("", "cove-bench-cli-")
 	if err != nil {

@@ -41,9 +41,6 @@ Environment:
 // Stdin is what commands read answers from (approvals); tests replace it.
 var Stdin io.Reader = os.Stdin
 
-// Version is set at build time.
-var Version = "dev"
-
 // Run runs one cove command line (without the program name).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := dispatch(ctx, args, stdout, stderr); !errors.Is(err, clibase.ErrHelp) {
@@ -78,7 +75,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "bench":
 		return bench(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "cove", Version)
+		fmt.Fprintln(stdout, "cove", clibase.Version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

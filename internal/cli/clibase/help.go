@@ -130,6 +130,9 @@ func isNumber(s string) bool {
 	return true
 }
 
+// Version is set at build time.
+var Version = "dev"
+
 // ErrUsage means the command line was wrong; the usage has been printed.
 var ErrUsage = errors.New("usage")
 
