@@ -70,7 +70,24 @@ func (f Full) Install() (string, error) {
 		return "", fmt.Errorf("this cove carries no full cove to run the command: build it with make build")
 	}
 	dir := filepath.Join(runtimes.DataDir(""), "bin")
-	return sandboxbin.Install(dir, "cove-full", f.unpack, f.Sum)
+	path, err := sandboxbin.Install(dir, "cove-full", f.unpack, f.Sum)
+	if err != nil {
+		return "", err
+	}
+	dropOthers(dir, path)
+	return path, nil
+}
+
+// dropOthers removes the copies of other builds' full cove from dir (an
+// upgrade leaves the last one's 100 MB behind); a process still running
+// one keeps it until it ends.
+func dropOthers(dir, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "cove-full-*"))
+	for _, p := range old {
+		if p != keep && p != keep+".verified" {
+			os.Remove(p)
+		}
+	}
 }
 
 func (f Full) unpack() ([]byte, error) {

@@ -104,6 +104,15 @@ func TestExecHandsOff(t *testing.T) {
 	if out, err := front("ok"); err != nil || strings.Contains(out, "swapped") || !strings.Contains(out, "full serve") {
 		t.Fatalf("after a swap: %v\n%s", err, out)
 	}
+	// Another build's copy is removed once this one is installed.
+	stale := filepath.Join(home, "bin", "cove-full-0123456789abcdef")
+	os.WriteFile(stale, []byte("old"), 0o755)
+	if _, err := front("ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("another build's copy is still there: %v", err)
+	}
 	// A carried program that is not what its checksum says: refused.
 	os.RemoveAll(filepath.Join(home, "bin"))
 	out, err = front("badsum")
