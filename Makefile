@@ -23,11 +23,19 @@ deps-test deps:
 # embedded in cove, each linking only what its role needs, so a sandbox
 # initialises neither the harness's packages nor the other role's. Their
 # checksums are embedded too: cove then never hashes 25 MB to start.
+# bin/cove is the front (internal/cli/front): it runs cove sandbox and
+# cove version itself, linking only the runtimes, and hands every other
+# command to the full cove it carries compressed, so a one-shot CLI
+# command does not start the server's, harness's and store's packages.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o internal/cli/sandboxbin/cove-sandbox ./cmd/cove-sandbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o internal/cli/sandboxbin/cove-shim ./cmd/cove-shim
 	cd internal/cli/sandboxbin && for p in cove-sandbox cove-shim; do sha256sum $$p | cut -d' ' -f1 >$$p.sha256; done
-	CGO_ENABLED=0 $(GO) build -tags embedsandbox -o bin/cove ./cmd/cove
+	CGO_ENABLED=0 $(GO) build -tags embedsandbox -o bin/cove-full ./cmd/cove
+	gzip -1 -c bin/cove-full >cmd/cove/cove-full.gz
+	sha256sum bin/cove-full | cut -d' ' -f1 >cmd/cove/cove-full.sha256
+	CGO_ENABLED=0 $(GO) build -tags front,embedsandbox -o bin/cove ./cmd/cove
+	rm -f bin/cove-full
 
 run: deps-run build
 	./bin/cove serve

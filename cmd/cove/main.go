@@ -1,3 +1,5 @@
+//go:build !front
+
 // Command cove runs AI agents' work in isolated Linux sandboxes. All logic
 // lives in internal/cli; main only wires signals and the exit code.
 package main
@@ -10,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/cove-sandbox/cove/internal/cli"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 )
 
 func main() {
@@ -17,9 +20,9 @@ func main() {
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if cli.Reportable(err) {
+		if clibase.Reportable(err) {
 			fmt.Fprintln(os.Stderr, "cove:", err)
 		}
-		os.Exit(cli.ExitCode(err))
+		os.Exit(clibase.ExitCode(err))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/server"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
@@ -50,7 +51,7 @@ func serverDB(dir string) (string, error) {
 	fi, err := os.Stat(abs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("--data %s: no such directory; give the --data of cove serve (default %s)", abs, filepath.Join(DataDir(""), "server"))
+		return "", fmt.Errorf("--data %s: no such directory; give the --data of cove serve (default %s)", abs, filepath.Join(runtimes.DataDir(""), "server"))
 	case errors.Is(err, fs.ErrPermission):
 		return "", fmt.Errorf("--data %s: %w: permission denied; run this as root or as the user cove serve runs as", abs, ErrNotAllowed)
 	case err != nil:

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/server"
 	"github.com/cove-sandbox/cove/store/sqlite"
@@ -107,12 +108,12 @@ func openServer(ctx context.Context, cfg *ServeConfig) (*running, error) {
 		sc.Logger = slog.New(slog.DiscardHandler)
 	}
 	if sc.DataDir == "" {
-		sc.DataDir = filepath.Join(DataDir(cfg.StateDir), "server")
+		sc.DataDir = filepath.Join(runtimes.DataDir(cfg.StateDir), "server")
 	}
 	if err := os.MkdirAll(sc.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating --data %s: %w", sc.DataDir, err)
 	}
-	rt, err := serverRuntime(cfg.StateDir, sc.DataDir, cfg.Pool, cfg.AllowPrivate)
+	rt, err := runtimes.Server(cfg.StateDir, sc.DataDir, cfg.Pool, cfg.AllowPrivate)
 	if err != nil {
 		return nil, fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
 	}
@@ -194,7 +195,7 @@ func BenchServer(ctx context.Context, dir string) (url, key string, stop func(),
 	if os.Geteuid() != 0 {
 		return "", "", nil, fmt.Errorf("bench --server without a URL starts a server on the local runtime, which needs root")
 	}
-	rt, err := serverRuntime("", dir, 2, "")
+	rt, err := runtimes.Server("", dir, 2, "")
 	if err != nil {
 		return "", "", nil, err
 	}

@@ -12,7 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -21,7 +22,7 @@ import (
 // floor to compare against.
 func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	setUsage(fs, "Usage: cove bench [flags]\n\nMeasures exec round trips and file throughput through the daemon, the local runtime, or a server.\n")
+	clibase.SetUsage(fs, "Usage: cove bench [flags]\n\nMeasures exec round trips and file throughput through the daemon, the local runtime, or a server.\n")
 	n := fs.Int("n", 500, "exec round trips to time")
 	mb := fs.Int("mb", 256, "megabytes to upload and download")
 	runs := fs.Int("runs", 100, "runs per measure for the local runtime and its peers")
@@ -30,7 +31,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverMode := fs.Bool("server", false, "measure a Cove server through its API: the one in COVE_SERVER (with COVE_API_KEY), or one started here")
 	clients := fs.Int("clients", 50, "with --server: concurrent clients")
 	load := fs.Duration("load", 0, "with --server: also run a create/exec/delete load this long (e.g. 30s)")
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if *cliOnly {
@@ -44,7 +45,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rt, err := app.BenchHostproc(filepath.Join(dir, "rt"))
+	rt, err := runtimes.BenchHostproc(filepath.Join(dir, "rt"))
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/front"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -32,6 +33,9 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if f := os.Getenv(front.FrontEnv); f != "" {
+		exe = f // the binary the user ran, not the full cove it handed to
+	}
 	dir, err := os.MkdirTemp("", "cove-bench-cli-")
 	if err != nil {
 		return err
@@ -39,7 +43,7 @@ func benchCLI(ctx context.Context, n int, stdout, stderr io.Writer) error {
 	defer os.RemoveAll(dir)
 	// Where `cove sandbox --state-dir dir` looks; no pool (COVE_POOL is
 	// not read), so deleting the one sandbox leaves nothing behind.
-	rt, err := app.BenchLocal(filepath.Join(dir, "sandboxes"), 0)
+	rt, err := runtimes.BenchLocal(filepath.Join(dir, "sandboxes"), 0)
 	if err != nil {
 		return err
 	}

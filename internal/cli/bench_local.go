@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -31,7 +31,7 @@ func benchLocal(ctx context.Context, n int, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rt, err := app.BenchLocal(filepath.Join(dir, "sb"), 0)
+	rt, err := runtimes.BenchLocal(filepath.Join(dir, "sb"), 0)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (b *localBench) createFirstOutput(ctx context.Context, n int, dir string, s
 	}
 	b.add("create→first output (host)", "cove local", ms(coveT.p50), ms(coveT.p99), "1.00x", "p50 < 15ms, p99 < 50ms")
 	// With a warm pool of 2, refilled between runs (untimed).
-	prt, err := app.BenchLocal(filepath.Join(dir, "pool"), 2)
+	prt, err := runtimes.BenchLocal(filepath.Join(dir, "pool"), 2)
 	if err != nil {
 		return err
 	}

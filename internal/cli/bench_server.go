@@ -15,6 +15,7 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -35,7 +36,7 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 		}
 		defer stop()
 	}
-	rt, err := app.BenchClient(url, key, clients*2)
+	rt, err := runtimes.BenchClient(url, key, clients*2)
 	if err != nil {
 		return err
 	}

@@ -12,38 +12,9 @@ import (
 	"os"
 
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
+	"github.com/cove-sandbox/cove/internal/cli/sandboxcli"
 )
-
-// ErrUsage means the command line was wrong; the usage has been printed.
-var ErrUsage = errors.New("usage")
-
-// exitError carries a command's exit code (cove demo forwards the
-// sandboxed command's).
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-// Reportable reports whether main should print err: usage errors have
-// printed the usage already, and a sandboxed command's exit status is
-// its own business.
-func Reportable(err error) bool {
-	var ee exitError
-	return err != nil && !errors.Is(err, ErrUsage) && !errors.As(err, &ee)
-}
-
-// ExitCode is the process exit code for an error returned by Run.
-func ExitCode(err error) int {
-	var ee exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.code
-	case errors.Is(err, ErrUsage):
-		return 2
-	}
-	return 1
-}
 
 const usage = `cove runs AI agents' work in isolated Linux sandboxes.
 
@@ -70,12 +41,9 @@ Environment:
 // Stdin is what commands read answers from (approvals); tests replace it.
 var Stdin io.Reader = os.Stdin
 
-// Version is set at build time.
-var Version = "dev"
-
 // Run runs one cove command line (without the program name).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if err := dispatch(ctx, args, stdout, stderr); !errors.Is(err, errHelp) {
+	if err := dispatch(ctx, args, stdout, stderr); !errors.Is(err, clibase.ErrHelp) {
 		return err
 	}
 	return nil // -h or --help: the usage is on stdout
@@ -84,7 +52,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	switch args[0] {
 	case "guest", "local-shim", "local-init":
@@ -93,7 +61,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_, err := app.Role(ctx, args[0], args[1:], stderr)
 		return err
 	case "sandbox":
-		return sandboxCmd(ctx, args[1:], stdout, stderr)
+		return sandboxcli.Cmd(ctx, args[1:], stdout, stderr)
 	case "template":
 		return templateCmd(ctx, args[1:], stdout, stderr)
 	case "run":
@@ -107,12 +75,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "bench":
 		return bench(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "cove", Version)
+		fmt.Fprintln(stdout, "cove", clibase.Version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprintf(stderr, "cove: unknown command %q\n\n%s", args[0], usage)
-	return ErrUsage
+	return clibase.ErrUsage
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
@@ -57,7 +58,7 @@ func TestDemo(t *testing.T) {
 
 	// The sandboxed command's exit code becomes cove's.
 	_, _, err = run(t, "demo", "--", "sh", "-c", "echo partial; exit 3")
-	if got := ExitCode(err); got != 3 {
+	if got := clibase.ExitCode(err); got != 3 {
 		t.Errorf("exit code of a failing command: got %d (%v), want 3", got, err)
 	}
 	// Nothing is left behind (the local runtime as root, hostproc else).
@@ -76,8 +77,8 @@ func TestUsage(t *testing.T) {
 		wantOut  string
 		wantCode int
 	}{
-		{nil, ErrUsage, "", 2},
-		{[]string{"frobnicate"}, ErrUsage, "", 2},
+		{nil, clibase.ErrUsage, "", 2},
+		{[]string{"frobnicate"}, clibase.ErrUsage, "", 2},
 		{[]string{"help"}, nil, "cove demo", 0},
 		{[]string{"version"}, nil, "cove dev", 0},
 	}
@@ -87,8 +88,8 @@ func TestUsage(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Errorf("err = %v, want %v", err, tt.wantErr)
 			}
-			if ExitCode(err) != tt.wantCode {
-				t.Errorf("exit code = %d, want %d", ExitCode(err), tt.wantCode)
+			if clibase.ExitCode(err) != tt.wantCode {
+				t.Errorf("exit code = %d, want %d", clibase.ExitCode(err), tt.wantCode)
 			}
 			if !strings.Contains(out, tt.wantOut) {
 				t.Errorf("stdout %q lacks %q", out, tt.wantOut)
@@ -136,8 +137,8 @@ func TestSandboxCLI(t *testing.T) {
 		t.Errorf("exec with flags before the id: %q", out)
 	}
 	_, _, err = run(t, "sandbox", "exec", id, "--", "sh", "-c", "exit 7")
-	if ExitCode(err) != 7 || Reportable(err) {
-		t.Errorf("exec exit 7: code %d (%v), want 7 and nothing printed", ExitCode(err), err)
+	if clibase.ExitCode(err) != 7 || clibase.Reportable(err) {
+		t.Errorf("exec exit 7: code %d (%v), want 7 and nothing printed", clibase.ExitCode(err), err)
 	}
 
 	src := t.TempDir()

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -17,9 +18,9 @@ import (
 // the sandbox.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	setUsage(fs, "Usage: cove demo [--keep] [-- COMMAND ARGS...]\n\nStarts a sandbox, runs a command in it through its daemon, prints the output and deletes the sandbox.\n")
+	clibase.SetUsage(fs, "Usage: cove demo [--keep] [-- COMMAND ARGS...]\n\nStarts a sandbox, runs a command in it through its daemon, prints the output and deletes the sandbox.\n")
 	keep := fs.Bool("keep", false, "keep the sandbox instead of deleting it")
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	cmd := fs.Args()
@@ -28,7 +29,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// The isolated local runtime when we can (root), else the daemon as
 	// a plain child process, said plainly.
-	rt, fallback, err := app.Machine("")
+	rt, fallback, err := runtimes.Machine("")
 	kind := "isolated: namespaces, overlay root, seccomp"
 	if fallback != nil {
 		fmt.Fprintf(stderr, "→ %v\n  falling back to the hostproc runtime: NO isolation\n", fallback)
@@ -68,7 +69,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if code <= 0 {
 			code = 1
 		}
-		return exitError{code}
+		return clibase.ExitError{Code: code}
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 )
 
 const keyUsage = `Usage:
@@ -31,15 +33,15 @@ except create --data, which needs neither.
 func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, keyUsage)
-		return ErrUsage
+		return clibase.ErrUsage
 	}
-	if helpAsked(args) || args[0] == "help" {
-		return showHelp(stdout, keyUsage)
+	if clibase.HelpAsked(args) || args[0] == "help" {
+		return clibase.ShowHelp(stdout, keyUsage)
 	}
 	if args[0] == "create" {
 		return keyCreate(ctx, args[1:], stdout, stderr)
 	}
-	c, err := app.APIClient()
+	c, err := runtimes.APIClient()
 	if err != nil {
 		return err
 	}
@@ -53,7 +55,7 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "revoke":
 		if len(args) != 2 {
 			fmt.Fprint(stderr, "cove key revoke: give one key id\n\n"+keyUsage)
-			return ErrUsage
+			return clibase.ErrUsage
 		}
 		if err := c.RevokeKey(ctx, args[1]); err != nil {
 			return err
@@ -62,7 +64,7 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	fmt.Fprintf(stderr, "cove key: unknown command %q\n\n%s", args[0], keyUsage)
-	return ErrUsage
+	return clibase.ErrUsage
 }
 
 // keyCreate is `cove key create`: through the server, or with --data
@@ -81,7 +83,7 @@ func keyCreate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "admin key %s (shown once; keep it). To retire the lost one: cove key ls --all, then cove key revoke ID\n", id)
 		return nil
 	}
-	c, err := app.APIClient()
+	c, err := runtimes.APIClient()
 	if err != nil {
 		return err
 	}
@@ -109,7 +111,7 @@ func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, err
 		name, rest = rest[0], rest[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
-		return api.CreateKey{}, "", ErrUsage
+		return api.CreateKey{}, "", clibase.ErrUsage
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
@@ -117,7 +119,7 @@ func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, err
 	if *data != "" {
 		if !*admin || *team != "" || *newTeam != "" || *e2b {
 			fmt.Fprint(stderr, "cove key create --data makes admin keys only: add --admin (and no --team, --new-team or --e2b); make other keys through the server with it\n")
-			return api.CreateKey{}, "", ErrUsage
+			return api.CreateKey{}, "", clibase.ErrUsage
 		}
 		if name == "" {
 			name = "admin-recovered"
@@ -125,7 +127,7 @@ func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, err
 	}
 	if name == "" {
 		fmt.Fprint(stderr, "cove key create: name the key\n\n"+keyUsage)
-		return api.CreateKey{}, "", ErrUsage
+		return api.CreateKey{}, "", clibase.ErrUsage
 	}
 	req := api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}
 	if *e2b {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 )
 
@@ -114,7 +115,7 @@ func TestKeyCreateDataRefusals(t *testing.T) {
 		{"--admin", "--e2b", "--data", dir},
 	} {
 		_, errOut, err := run(t, append([]string{"key", "create"}, args...)...)
-		if !errors.Is(err, ErrUsage) || !strings.Contains(errOut, "admin keys only") {
+		if !errors.Is(err, clibase.ErrUsage) || !strings.Contains(errOut, "admin keys only") {
 			t.Errorf("key create %v: %v %q, want a usage error", args, err, errOut)
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/cove-sandbox/cove/agent/capabilities"
 	"github.com/cove-sandbox/cove/agent/tool/mcp"
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/internal/cli/workdir"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
@@ -49,7 +51,7 @@ type runOptions struct {
 	jsonOut                                                                   bool
 	cpus                                                                      float64
 	maxTurns                                                                  int
-	approveCalls, rejectCalls, mcpCmds, mcpURLs                               multiFlag
+	approveCalls, rejectCalls, mcpCmds, mcpURLs                               clibase.MultiFlag
 }
 
 // flags defines cove run's flags on fs, into o.
@@ -94,7 +96,7 @@ type agentRun struct {
 	a   *agent.Agent
 	cfg agent.RunConfig
 	// kind is what rt is: isolated, unisolated or a server's.
-	kind app.Kind
+	kind runtimes.Kind
 	// original is the host workspace (absolute; "" for none), finalDir a
 	// temporary copy of the workspace as the run left it ("" until the
 	// run finishes).
@@ -111,7 +113,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), runUsage); fs.PrintDefaults() }
 	o.flags(fs)
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	given := map[string]bool{}
@@ -119,7 +121,7 @@ func runCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	usageErr := func(format string, args ...any) error {
 		fmt.Fprintf(stderr, "cove run: "+format+"\n", args...)
 		fs.Usage()
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	task := strings.Join(fs.Args(), " ")
 	switch {
@@ -203,7 +205,7 @@ func (r *agentRun) loadResume(given map[string]bool) error {
 // setup makes the run's model, tools, runtime, sandbox spec and agent.
 func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...any) error) error {
 	o := &r.o
-	ttl, err := parseTTL(o.ttl)
+	ttl, err := clibase.ParseTTL(o.ttl)
 	if err != nil {
 		return err // says what --ttl takes
 	}
@@ -229,14 +231,14 @@ func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...a
 			return fmt.Errorf("reading --prices %s: %v", o.prices, err)
 		}
 	}
-	rt, kind, err := app.AgentRuntime(o.stateDir, o.server)
+	rt, kind, err := runtimes.AgentRuntime(o.stateDir, o.server)
 	if err != nil {
 		return err
 	}
 	r.rt = rt
 	spec := sandbox.Spec{Template: o.template, TTL: ttl, Limits: sandbox.Limits{CPUs: o.cpus}}
 	if o.memory != "" {
-		if spec.Limits.MemoryBytes, err = parseSize(o.memory); err != nil {
+		if spec.Limits.MemoryBytes, err = clibase.ParseSize(o.memory); err != nil {
 			return fmt.Errorf("--memory %q: %v", o.memory, err)
 		}
 	}
@@ -314,7 +316,7 @@ func (r *agentRun) workspace(ctx context.Context) error {
 		}
 		return tarball.Extract(ctx, &buf, dir, tarball.ExtractOptions{})
 	}
-	if r.kind == app.Unisolated {
+	if r.kind == runtimes.Unisolated {
 		show.note("no isolation: not root, so commands run as plain host processes (hostproc runtime)")
 	}
 	return nil
@@ -348,7 +350,7 @@ func (r *agentRun) run(ctx context.Context, task string, stdin io.Reader) error 
 			}
 			if ctx.Err() != nil {
 				show.note("stopped; the sandbox was torn down")
-				return exitError{130}
+				return clibase.ExitError{Code: 130}
 			}
 			return err
 		}
@@ -358,7 +360,7 @@ func (r *agentRun) run(ctx context.Context, task string, stdin io.Reader) error 
 		// Ctrl-C: the Runner has torn the sandbox down; say so rather
 		// than print "context canceled".
 		show.note("stopped; the sandbox was torn down")
-		return exitError{130}
+		return clibase.ExitError{Code: 130}
 	}
 	return err
 }
@@ -387,7 +389,7 @@ func (r *agentRun) save(res *agent.Result) error {
 		return fmt.Errorf("saving the run state: %w", werr)
 	}
 	r.show.note("waiting for approval of %d call(s); state saved to %s\n  resume: cove run --resume %s --approve-call all   (or --approve-call ID / --reject-call ID)", len(res.Interruptions), o.stateFile, o.stateFile)
-	return exitError{3}
+	return clibase.ExitError{Code: 3}
 }
 
 // result hands over the workspace the run left: copied to --out, or
@@ -518,7 +520,7 @@ func (o *runOptions) saved() (string, error) {
 	}
 	s.Out, s.Prices = abs(o.out), abs(o.prices)
 	// The store the sandbox is in, wherever COVE_HOME points next time.
-	s.StateDir = abs(app.DataDir(o.stateDir))
+	s.StateDir = abs(runtimes.DataDir(o.stateDir))
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 )
 
 // TestRunOnServer: with COVE_SERVER (and COVE_API_KEY) set, cove run
@@ -35,8 +36,8 @@ func TestRunOnServer(t *testing.T) {
 		fake.Text("done"),
 	)
 	out, errOut, err := run(t, "run", "--json", "--approve", "all", "--state", state, "--base-url", model.URL, "--workspace", ws, "read the notes")
-	if ExitCode(err) != 3 {
-		t.Fatalf("a run waiting for approval: exit %d (%v), want 3\n%s\n%s", ExitCode(err), err, out, errOut)
+	if clibase.ExitCode(err) != 3 {
+		t.Fatalf("a run waiting for approval: exit %d (%v), want 3\n%s\n%s", clibase.ExitCode(err), err, out, errOut)
 	}
 	id := savedSandbox(t, state)
 	var sb api.Sandbox

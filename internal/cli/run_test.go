@@ -21,7 +21,8 @@ import (
 
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/agent/model/fake"
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/creack/pty"
 )
 
@@ -36,10 +37,10 @@ func init() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if Reportable(err) {
+	if clibase.Reportable(err) {
 		fmt.Fprintln(os.Stderr, "cove:", err)
 	}
-	os.Exit(ExitCode(err))
+	os.Exit(clibase.ExitCode(err))
 }
 
 func isHiddenRole(arg string) bool {
@@ -107,7 +108,7 @@ func runEnv(t *testing.T) string {
 // sandboxesIn lists the sandboxes of a state directory.
 func sandboxesIn(t *testing.T, home string) []string {
 	t.Helper()
-	rt, err := app.Local(home)
+	rt, err := runtimes.Local(home)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +332,8 @@ func TestRunResume(t *testing.T) {
 			fake.Text("done"),
 		)
 		out, errOut, err := run(t, "run", "--json", "--approve", "all", "--state", state, "--base-url", srv.URL, "--workspace", ws, "make a file")
-		if ExitCode(err) != 3 {
-			t.Fatalf("a run waiting for approval without a terminal: exit %d (%v), want 3\n%s\n%s", ExitCode(err), err, out, errOut)
+		if clibase.ExitCode(err) != 3 {
+			t.Fatalf("a run waiting for approval without a terminal: exit %d (%v), want 3\n%s\n%s", clibase.ExitCode(err), err, out, errOut)
 		}
 		id := savedSandbox(t, state)
 		if left := sandboxesIn(t, home); !slices.Equal(left, []string{id}) {
@@ -382,8 +383,8 @@ func TestRunResume(t *testing.T) {
 			fake.Text("ok, I left it"),
 		)
 		out, _, err := run(t, "run", "--approve", "all", "--state", state, "--base-url", srv.URL, "--workspace", ws, "remove the notes")
-		if ExitCode(err) != 3 || Reportable(err) {
-			t.Fatalf("exit %d (%v), want 3", ExitCode(err), err)
+		if clibase.ExitCode(err) != 3 || clibase.Reportable(err) {
+			t.Fatalf("exit %d (%v), want 3", clibase.ExitCode(err), err)
 		}
 		// The user sees what waits, its id and how to go on.
 		for _, s := range []string{"? call_1 needs your approval", ": $ rm notes.txt\n", "cove run --resume " + state} {
@@ -415,8 +416,8 @@ func TestRunResume(t *testing.T) {
 			fake.Text("done"),
 		)
 		_, _, err := run(t, "run", "--json", "--state", state, "--base-url", srv.URL, "--workspace", ws, "tidy up")
-		if ExitCode(err) != 3 {
-			t.Fatalf("exit %d (%v), want 3: rm -r waits for approval", ExitCode(err), err)
+		if clibase.ExitCode(err) != 3 {
+			t.Fatalf("exit %d (%v), want 3: rm -r waits for approval", clibase.ExitCode(err), err)
 		}
 		id := savedSandbox(t, state)
 		if _, errOut, err := run(t, "sandbox", "rm", "-f", id); err != nil {
@@ -462,8 +463,8 @@ func TestRunErrors(t *testing.T) {
 	t.Run("no key", func(t *testing.T) {
 		t.Setenv("OPENAI_API_KEY", "")
 		_, _, err := run(t, "run", "--workspace", ws, "task")
-		if ExitCode(err) != 1 || !strings.HasPrefix(err.Error(), "OPENAI_API_KEY is not set: ") || strings.Contains(err.Error(), "\n") {
-			t.Errorf("without a key: exit %d, %q; want 1 and one line that starts with OPENAI_API_KEY is not set", ExitCode(err), err)
+		if clibase.ExitCode(err) != 1 || !strings.HasPrefix(err.Error(), "OPENAI_API_KEY is not set: ") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("without a key: exit %d, %q; want 1 and one line that starts with OPENAI_API_KEY is not set", clibase.ExitCode(err), err)
 		}
 	})
 	for _, tt := range []struct {
@@ -478,8 +479,8 @@ func TestRunErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, errOut, err := run(t, tt.args...)
-			if !errors.Is(err, ErrUsage) || ExitCode(err) != 2 || !strings.Contains(errOut, "Usage: cove run") {
-				t.Errorf("exit %d (%v), stderr:\n%s\nwant 2 and the usage", ExitCode(err), err, errOut)
+			if !errors.Is(err, clibase.ErrUsage) || clibase.ExitCode(err) != 2 || !strings.Contains(errOut, "Usage: cove run") {
+				t.Errorf("exit %d (%v), stderr:\n%s\nwant 2 and the usage", clibase.ExitCode(err), err, errOut)
 			}
 		})
 	}
@@ -499,8 +500,8 @@ func TestRunUnreachable(t *testing.T) {
 	url := "http://" + l.Addr().String() + "/v1"
 	l.Close()
 	out, _, err := run(t, "run", "--state-dir", home, "--base-url", url, "--workspace", ws, "task")
-	if ExitCode(err) != 1 || !Reportable(err) || !strings.Contains(err.Error(), "cannot reach the model at "+url) || strings.Contains(err.Error(), "\n") {
-		t.Errorf("a closed port: exit %d, %v; want 1 and one line: cannot reach the model at %s", ExitCode(err), err, url)
+	if clibase.ExitCode(err) != 1 || !clibase.Reportable(err) || !strings.Contains(err.Error(), "cannot reach the model at "+url) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("a closed port: exit %d, %v; want 1 and one line: cannot reach the model at %s", clibase.ExitCode(err), err, url)
 	}
 	if !strings.Contains(out, "✗ run failed") || strings.Contains(out, "model calls") {
 		t.Errorf("stdout:\n%s\nwant the failure and no token line (no call got through)", out)
@@ -580,8 +581,8 @@ func TestRunInterrupt(t *testing.T) {
 	stdout, done := startRun(t, ctx, "started\n", "run", "--state-dir", home, "--base-url", srv.URL, "--workspace", ws, "wait")
 	cancel()
 	err := wait(t, done, stdout)
-	if ExitCode(err) != 130 || Reportable(err) {
-		t.Errorf("an interrupted run: exit %d (%v), want 130 and nothing more to print", ExitCode(err), err)
+	if clibase.ExitCode(err) != 130 || clibase.Reportable(err) {
+		t.Errorf("an interrupted run: exit %d (%v), want 130 and nothing more to print", clibase.ExitCode(err), err)
 	}
 	if out := stdout.String(); !strings.Contains(out, "stopped; the sandbox was torn down") || strings.Contains(out, "run failed") {
 		t.Errorf("stdout:\n%s\nwant the stop noted, not a failure", out)
@@ -630,8 +631,8 @@ func TestRunAsks(t *testing.T) {
 		defer cancel()
 		stdout, done := startRun(t, ctx, asked, "run", "--base-url", srv.URL, "--workspace", ws, "tidy")
 		cancel()
-		if err := wait(t, done, stdout); ExitCode(err) != 130 {
-			t.Errorf("Ctrl-C at the question: exit %d (%v), want 130", ExitCode(err), err)
+		if err := wait(t, done, stdout); clibase.ExitCode(err) != 130 {
+			t.Errorf("Ctrl-C at the question: exit %d (%v), want 130", clibase.ExitCode(err), err)
 		}
 		if left := sandboxesIn(t, home); len(left) > 0 {
 			t.Errorf("sandboxes left after Ctrl-C at the question: %v", left)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
 )
 
@@ -26,7 +26,7 @@ import (
 // to when --state names none: DIR/runs/run-TIME-*.json under Cove's state
 // directory, readable by its owner only.
 func newStateFile(stateDir string) (string, error) {
-	dir := filepath.Join(app.DataDir(stateDir), "runs")
+	dir := filepath.Join(runtimes.DataDir(stateDir), "runs")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/server"
 )
 
@@ -57,25 +58,25 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPerClient := fs.Int("max-conns-per-client", 256, "most connections open at once from one client address (an IPv6 /64); 0: no cap")
 	maxConns := fs.Int("max-conns", 0, "most connections open at once in all (default: half the open-file limit)")
 	trustedProxies := fs.String("trusted-proxies", "", "comma-separated addresses or CIDRs of reverse proxies in front of the server: their X-Forwarded-For names the client for --max-conns-per-client (ignored from anyone else)")
-	var outboundAllow multiFlag
+	var outboundAllow clibase.MultiFlag
 	fs.Var(&outboundAllow, "outbound-allow", "a non-public target the server may connect to for tenants (a run's agent.base_url, webhooks, git_repo clones): CIDR, address or host name, an address or name with an optional :port, e.g. 127.0.0.1:11434 for a local Ollama; comma-separated or repeated (default: public addresses only; cloud metadata never)")
 	maxPids := fs.Int("max-pids", 8192, "the largest pids limit (processes and threads) a sandbox create may ask for")
 	unlimitedPids := fs.Bool("allow-unlimited-pids", false, "let creates ask for no pids limit (pids -1)")
 	allowPrivate := fs.String("network-allow-private", os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"), "comma-separated IPv4 CIDRs, otherwise unreachable (private ranges, the host's networks), that a sandbox's network allow list may name; cloud metadata and this host's own addresses never ($COVE_NETWORK_ALLOW_PRIVATE; default none)")
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cove serve: unexpected argument %q\n", fs.Arg(0))
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	if *e2bNetwork != "internet" && *e2bNetwork != "none" {
 		fmt.Fprintf(stderr, "cove serve: --e2b-network %q: use internet or none\n", *e2bNetwork)
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	if (*certFile == "") != (*keyFile == "") {
 		fmt.Fprintln(stderr, "cove serve: give both --tls-cert and --tls-key, or neither")
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	limits := server.Limits{ReadHeaderTimeout: *readHeaderTimeout, IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout,
 		WriteTimeout: *writeTimeout, MaxConnsPerClient: *maxPerClient, MaxConns: *maxConns}
@@ -121,12 +122,12 @@ func checkLimits(l *server.Limits, trustedProxies string, stderr io.Writer) erro
 	for _, d := range []time.Duration{l.ReadHeaderTimeout, l.IdleTimeout, l.ReadTimeout, l.WriteTimeout} {
 		if d <= 0 {
 			fmt.Fprintln(stderr, "cove serve: timeouts must be positive")
-			return ErrUsage
+			return clibase.ErrUsage
 		}
 	}
 	if l.MaxConnsPerClient < 0 || l.MaxConns < 0 {
 		fmt.Fprintln(stderr, "cove serve: --max-conns and --max-conns-per-client must not be negative")
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	if l.MaxConnsPerClient == 0 {
 		l.MaxConnsPerClient = -1
@@ -140,7 +141,7 @@ func checkLimits(l *server.Limits, trustedProxies string, stderr io.Writer) erro
 			a, aerr := netip.ParseAddr(p)
 			if aerr != nil {
 				fmt.Fprintf(stderr, "cove serve: --trusted-proxies: %q is neither an address nor a CIDR\n", p)
-				return ErrUsage
+				return clibase.ErrUsage
 			}
 			pfx = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 		}
@@ -158,7 +159,7 @@ func serveLogger(format string, stderr io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(stderr, nil)), nil
 	}
 	fmt.Fprintln(stderr, "cove serve: --log-format: use text or json")
-	return nil, ErrUsage
+	return nil, clibase.ErrUsage
 }
 
 // splitList is a repeated flag's values, each split at commas.

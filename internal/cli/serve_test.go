@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/sandbox/sandboxtest"
 
@@ -193,7 +194,7 @@ func TestServe(t *testing.T) {
 	}
 	rid := strings.TrimSpace(out)
 	out, errOut, err = run(t, "sandbox", "--server", p.url, "exec", rid, "--", "sh", "-c", "echo $GREETING from $(pwd); exit 3")
-	if ExitCode(err) != 3 || out != "hi from /workspace\n" {
+	if clibase.ExitCode(err) != 3 || out != "hi from /workspace\n" {
 		t.Errorf("sandbox exec --server: %q %q %v", out, errOut, err)
 	}
 	src := filepath.Join(home, "up.txt")

@@ -9,9 +9,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cove-sandbox/cove/agent/model/fake"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -37,8 +37,8 @@ func TestHelpEverySubcommand(t *testing.T) {
 			args := append(append([]string(nil), cmd...), h)
 			t.Run(strings.Join(args, " "), func(t *testing.T) {
 				out, errOut, err := run(t, args...)
-				if err != nil || ExitCode(err) != 0 {
-					t.Fatalf("exit %d (%v), want 0\nstderr: %s", ExitCode(err), err, errOut)
+				if err != nil || clibase.ExitCode(err) != 0 {
+					t.Fatalf("exit %d (%v), want 0\nstderr: %s", clibase.ExitCode(err), err, errOut)
 				}
 				if !strings.Contains(out, "Usage") || errOut != "" {
 					t.Errorf("stdout %.100q, stderr %q: want the usage on stdout and nothing on stderr", out, errOut)
@@ -54,36 +54,13 @@ func TestHelpEverySubcommand(t *testing.T) {
 	}
 }
 
-// TestHelpIsNotACommandsFlag: after the id, a command's own --help is
-// the command's (ls --help runs ls), and after "--" always.
-func TestHelpIsNotACommandsFlag(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		want bool
-	}{
-		{[]string{"-h"}, true},
-		{[]string{"sb-1", "--help"}, true},
-		{[]string{"-e", "--help", "sb-1", "ls"}, false}, // a value of -e
-		{[]string{"sb-1", "-w", "/tmp", "-h"}, true},
-		{[]string{"sb-1", "ls", "--help"}, false},
-		{[]string{"sb-1", "--", "ls", "--help"}, false},
-	} {
-		if got := execHelpAsked(tt.args); got != tt.want {
-			t.Errorf("execHelpAsked(%q) = %v, want %v", tt.args, got, tt.want)
-		}
-	}
-	if helpAsked([]string{"sb-1", "--", "--help"}) {
-		t.Errorf("helpAsked took the --help after -- as its own")
-	}
-}
-
 // TestTTLTakesAUnit: a bare number is refused with the fix, both by
 // cove sandbox create and cove run, before anything is made.
 func TestTTLTakesAUnit(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("COVE_HOME", home)
 	_, errOut, err := run(t, "sandbox", "create", "--ttl", "5")
-	if !errors.Is(err, ErrUsage) || !strings.Contains(errOut, "--ttl takes a duration such as 5m or 5h") {
+	if !errors.Is(err, clibase.ErrUsage) || !strings.Contains(errOut, "--ttl takes a duration such as 5m or 5h") {
 		t.Errorf("create --ttl 5: %v, stderr %q; want a usage error that says --ttl takes a duration such as 5m", err, errOut)
 	}
 	if strings.Contains(errOut, "-allow") {
@@ -95,37 +72,17 @@ func TestTTLTakesAUnit(t *testing.T) {
 		t.Errorf("run --ttl 5: %v, want the same hint", err)
 	}
 	for in, want := range map[string]string{"90s": "1m30s", "1h": "1h0m0s", "0": "0s"} {
-		if d, err := parseTTL(in); err != nil || d.String() != want {
-			t.Errorf("parseTTL(%q) = %v, %v; want %s", in, d, err, want)
+		if d, err := clibase.ParseTTL(in); err != nil || d.String() != want {
+			t.Errorf("clibase.ParseTTL(%q) = %v, %v; want %s", in, d, err, want)
 		}
 	}
 	for _, in := range []string{"-5m", "soon", "1.5"} {
-		if _, err := parseTTL(in); err == nil {
-			t.Errorf("parseTTL(%q) accepted", in)
+		if _, err := clibase.ParseTTL(in); err == nil {
+			t.Errorf("clibase.ParseTTL(%q) accepted", in)
 		}
 	}
 	if entries, _ := os.ReadDir(filepath.Join(home, "sandboxes")); len(entries) != 0 {
 		t.Errorf("a refused --ttl made %d sandboxes", len(entries))
-	}
-}
-
-// TestTTLLeft: ls shows how long each sandbox has left, not the TTL it
-// was made with.
-func TestTTLLeft(t *testing.T) {
-	now := time.Now()
-	for _, tt := range []struct {
-		in   sandbox.Info
-		want string
-	}{
-		{sandbox.Info{}, "-"},
-		{sandbox.Info{Spec: sandbox.Spec{TTL: time.Hour}}, "1h0m (from start)"},
-		{sandbox.Info{Spec: sandbox.Spec{TTL: time.Hour}, Deadline: now.Add(12*time.Minute + 3*time.Second)}, "12m3s"},
-		{sandbox.Info{Spec: sandbox.Spec{TTL: time.Hour}, Deadline: now.Add(-time.Second)}, "expired"},
-		{sandbox.Info{Deadline: now.Add(50 * time.Hour)}, "2d2h"},
-	} {
-		if got := ttlLeft(tt.in, now); got != tt.want {
-			t.Errorf("ttlLeft(%+v) = %q, want %q", tt.in, got, tt.want)
-		}
 	}
 }
 
@@ -207,8 +164,8 @@ func TestRunStateOutOfWorkspace(t *testing.T) {
 		fake.Text("done"),
 	)
 	_, _, err := run(t, "run", "--json", "--approve", "all", "--base-url", srv.URL, "--workspace", ws, "look")
-	if ExitCode(err) != 3 {
-		t.Fatalf("exit %d (%v), want 3 (waiting)", ExitCode(err), err)
+	if clibase.ExitCode(err) != 3 {
+		t.Fatalf("exit %d (%v), want 3 (waiting)", clibase.ExitCode(err), err)
 	}
 	saved, _ := filepath.Glob(filepath.Join(home, "runs", "run-*.json"))
 	if len(saved) != 1 {
@@ -229,8 +186,8 @@ func TestRunStateOutOfWorkspace(t *testing.T) {
 	state := filepath.Join(ws, "run-state.json")
 	os.WriteFile(state, []byte("{}"), 0o600)
 	_, _, err = run(t, "run", "--json", "--approve", "all", "--state", state, "--base-url", srv.URL, "--workspace", ws, "look again")
-	if ExitCode(err) != 3 {
-		t.Fatalf("exit %d (%v), want 3 (waiting)", ExitCode(err), err)
+	if clibase.ExitCode(err) != 3 {
+		t.Fatalf("exit %d (%v), want 3 (waiting)", clibase.ExitCode(err), err)
 	}
 	out, errOut, code := coveProcess(t, "run", "--resume", state, "--approve-call", "all")
 	if code != 0 {

@@ -10,7 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -29,17 +30,17 @@ template (the host's /usr, read-only) is built in.
 // templateInUse returns the function that tells whether a sandbox under
 // stateDir, running or stopped, uses the template with a given digest
 // (tests replace it).
-var templateInUse = app.TemplatesInUse
+var templateInUse = runtimes.TemplatesInUse
 
 // templateCmd implements `cove template build|import|ls|rm`.
 func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, templateUsage)
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	sub, args := args[0], args[1:]
-	if helpAsked(args) {
-		return showHelp(stdout, templateUsage)
+	if clibase.HelpAsked(args) {
+		return clibase.ShowHelp(stdout, templateUsage)
 	}
 	fs := flag.NewFlagSet("template "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -58,11 +59,11 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	default:
 		fmt.Fprintf(stderr, "cove template: unknown subcommand %q\n\n%s", sub, templateUsage)
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	pos, err := templateArgs(fs, args)
 	if err != nil {
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	switch n := len(pos); {
 	case (sub == "ls" || sub == "list") && n != 0:
@@ -74,8 +75,8 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case (sub == "rm" || sub == "remove") && n == 0:
 		return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
 	}
-	dir := app.DataDir(*stateDir)
-	st, err := app.Templates(dir)
+	dir := runtimes.DataDir(*stateDir)
+	st, err := runtimes.Templates(dir)
 	if err != nil {
 		return err
 	}
@@ -177,7 +178,7 @@ func templateArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func templateUsageError(stderr io.Writer, msg string) error {
 	fmt.Fprintf(stderr, "%s\n\n%s", msg, templateUsage)
-	return ErrUsage
+	return clibase.ErrUsage
 }
 
 // templateDigest is a digest's first 12 hex digits.

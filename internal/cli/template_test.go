@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/sandbox"
 )
 
@@ -115,8 +116,8 @@ func TestTemplateCmd(t *testing.T) {
 		return func(string) bool { return true }, nil
 	}
 	_, _, err = runTemplate(t, "rm", "--state-dir", state, "hello")
-	if !errors.Is(err, sandbox.ErrState) || ExitCode(err) != 1 {
-		t.Errorf("rm of a template in use: %v (exit %d), want ErrState, exit 1", err, ExitCode(err))
+	if !errors.Is(err, sandbox.ErrState) || clibase.ExitCode(err) != 1 {
+		t.Errorf("rm of a template in use: %v (exit %d), want ErrState, exit 1", err, clibase.ExitCode(err))
 	}
 	if gotState != state {
 		t.Errorf("in-use check asked about %q, want %q", gotState, state)
@@ -182,18 +183,18 @@ func TestTemplateUsage(t *testing.T) {
 		args    []string
 		wantErr error
 	}{
-		{nil, ErrUsage},
-		{[]string{"frobnicate"}, ErrUsage},
-		{[]string{"ls", "--state-dir", state, "extra"}, ErrUsage},
-		{[]string{"build", "--state-dir", state}, ErrUsage},
-		{[]string{"build", "--state-dir", state, "a", "b"}, ErrUsage},
-		{[]string{"import", "--state-dir", state, "only-name"}, ErrUsage},
-		{[]string{"rm", "--state-dir", state}, ErrUsage},
-		{[]string{"ls", "--no-such-flag"}, ErrUsage},
-		{[]string{"import"}, ErrUsage},
-		{[]string{"build"}, ErrUsage},
-		{[]string{"rm"}, ErrUsage},
-		{[]string{"ls", "x"}, ErrUsage},
+		{nil, clibase.ErrUsage},
+		{[]string{"frobnicate"}, clibase.ErrUsage},
+		{[]string{"ls", "--state-dir", state, "extra"}, clibase.ErrUsage},
+		{[]string{"build", "--state-dir", state}, clibase.ErrUsage},
+		{[]string{"build", "--state-dir", state, "a", "b"}, clibase.ErrUsage},
+		{[]string{"import", "--state-dir", state, "only-name"}, clibase.ErrUsage},
+		{[]string{"rm", "--state-dir", state}, clibase.ErrUsage},
+		{[]string{"ls", "--no-such-flag"}, clibase.ErrUsage},
+		{[]string{"import"}, clibase.ErrUsage},
+		{[]string{"build"}, clibase.ErrUsage},
+		{[]string{"rm"}, clibase.ErrUsage},
+		{[]string{"ls", "x"}, clibase.ErrUsage},
 		{[]string{"help"}, nil},
 	}
 	for _, tt := range tests {

@@ -6,20 +6,6 @@ import (
 	"testing"
 )
 
-// TestPlainTerm: cove sandbox exec -t passes on a terminal type, never
-// "dumb" (the daemon's xterm-256color is better) or anything that is not
-// a terminfo name.
-func TestPlainTerm(t *testing.T) {
-	for term, want := range map[string]bool{
-		"xterm-256color": true, "screen.xterm-256color": true, "tmux-256color": true, "rxvt-unicode+x": true,
-		"": false, "dumb": false, "xterm\n": false, "x y": false, "$(id)": false, string(make([]byte, 65)): false,
-	} {
-		if got := plainTerm(term); got != want {
-			t.Errorf("plainTerm(%q) = %v, want %v", term, got, want)
-		}
-	}
-}
-
 // TestSandboxExecTTYTerm: cove sandbox exec -t gives the sandbox's
 // terminal our terminal's type, as ssh does; -e TERM=... wins.
 func TestSandboxExecTTYTerm(t *testing.T) {

@@ -59,34 +59,49 @@ func install(dir, name string, bin []byte, sum string) ([]string, error) {
 	if len(bin) == 0 {
 		return nil, nil
 	}
+	path, err := Install(dir, name, func() ([]byte, error) { return bin, nil }, sum)
+	if err != nil {
+		return nil, err
+	}
+	return []string{path}, nil
+}
+
+// Install is install for any program cove carries, given by load, which
+// is called only when the copy must be written (the full cove that the
+// front carries is compressed): it returns the installed copy's path.
+func Install(dir, name string, load func() ([]byte, error), sum string) (string, error) {
 	sum = strings.TrimSpace(sum)
 	if len(sum) != sha256.Size*2 {
-		return nil, fmt.Errorf("installing the sandbox program %s: cove was built without its checksum: rebuild cove with make build", name)
+		return "", fmt.Errorf("installing the program %s: cove was built without its checksum: rebuild cove with make build", name)
 	}
 	path := filepath.Join(dir, name+"-"+sum[:16])
 	stamp := path + ".verified"
 	id, ctime, err := identity(path)
 	if err == nil && trustedDir(dir) && readStamp(stamp) == id {
-		return []string{path}, nil
+		return path, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("installing the sandbox program %s: %w", name, err)
+		return "", fmt.Errorf("installing the program %s: %w", name, err)
 	}
 	if !trustedDir(dir) {
-		return nil, fmt.Errorf("installing the sandbox program %s: %s can be written by other users, who could swap the program every sandbox runs: make it writable only by its owner (chmod go-w %s)", name, dir, dir)
+		return "", fmt.Errorf("installing the program %s: %s can be written by other users, who could swap the programs cove runs: make it writable only by its owner (chmod go-w %s)", name, dir, dir)
 	}
 	if err == nil && fileSum(path) == sum {
 		writeStamp(dir, stamp, id, ctime)
-		return []string{path}, nil
+		return path, nil
 	}
 	// Missing, tampered with, or writable by others: write it anew.
+	bin, err := load()
+	if err != nil {
+		return "", fmt.Errorf("installing the program %s: %w", name, err)
+	}
 	if err := write(dir, name, path, bin, sum); err != nil {
-		return nil, err
+		return "", err
 	}
 	if id, ctime, err := identity(path); err == nil {
 		writeStamp(dir, stamp, id, ctime)
 	}
-	return []string{path}, nil
+	return path, nil
 }
 
 // write replaces path with bin, after checking that bin is what sum says
@@ -94,11 +109,11 @@ func install(dir, name string, bin []byte, sum string) ([]string, error) {
 // fail here rather than keep rewriting the copy).
 func write(dir, name, path string, bin []byte, sum string) error {
 	if got := sha256.Sum256(bin); hex.EncodeToString(got[:]) != sum {
-		return fmt.Errorf("installing the sandbox program %s: the embedded program does not match its build-time checksum: rebuild cove with make build", name)
+		return fmt.Errorf("installing the program %s: the embedded program does not match its build-time checksum: rebuild cove with make build", name)
 	}
 	tmp, err := os.CreateTemp(dir, "."+name+"-*")
 	if err != nil {
-		return fmt.Errorf("installing the sandbox program %s: %w", name, err)
+		return fmt.Errorf("installing the program %s: %w", name, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err = tmp.Write(bin); err == nil {
@@ -111,7 +126,7 @@ func write(dir, name, path string, bin []byte, sum string) error {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		return fmt.Errorf("installing the sandbox program %s in %s: %w", name, dir, err)
+		return fmt.Errorf("installing the program %s in %s: %w", name, dir, err)
 	}
 	dropCache(path)
 	return nil

@@ -1,10 +1,9 @@
-// Package app is Cove's wiring: it turns the configuration (flags,
-// COVE_HOME, COVE_SERVER, COVE_API_KEY and the other COVE_ variables)
-// into the concrete runtime, store, model and server the commands run on.
-// It is the one package that imports the implementations (sandbox/local,
-// sandbox/hostproc, sandbox/remote, store/sqlite, agent/model/openai);
-// internal/cli keeps the subcommands, flags and terminal output.
-package app
+// Package runtimes opens the sandbox runtimes a command works on (the
+// local runtime, hostproc, a Cove server's) and finds Cove's state
+// directory. It is the light part of the wiring: `cove sandbox` runs on
+// it alone, without the server's, the harness's or the store's packages
+// (whose start-up every one-shot CLI command would otherwise pay).
+package runtimes
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package app
+package runtimes
 
 import (
 	"path/filepath"

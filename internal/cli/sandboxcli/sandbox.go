@@ -1,4 +1,9 @@
-package cli
+// Package sandboxcli is `cove sandbox`: create, list, exec in, copy,
+// snapshot, stop, resume, fork and delete sandboxes. It imports only the
+// runtimes (internal/app/runtimes), so a one-shot command such as
+// `cove sandbox exec ID -- true` starts without the server's, the
+// harness's or the store's packages.
+package sandboxcli
 
 import (
 	"context"
@@ -11,7 +16,6 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -19,7 +23,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/manifest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/tarball"
@@ -53,19 +58,19 @@ Flags for every command:
   --server URL      a Cove server (as COVE_SERVER)
 `
 
-// sandboxCmd is `cove sandbox`.
-func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// Cmd is `cove sandbox`.
+func Cmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	stateDir, args := extractStateDir(args)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, sandboxUsage)
-		return ErrUsage
+		return clibase.ErrUsage
 	}
 	server, args := extractFlag(args, "--server")
 	if sandboxHelpAsked(args) {
 		// Before the runtime: help opens no store and starts no pool.
 		return sandboxHelpFor(ctx, args[0], stdout, stderr)
 	}
-	rt, err := app.SandboxRuntime(stateDir, server)
+	rt, err := runtimes.SandboxRuntime(stateDir, server)
 	if err != nil {
 		return err
 	}
@@ -115,12 +120,12 @@ func sandboxCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // sandboxHelpAsked reports whether `cove sandbox args...` asks for help.
 func sandboxHelpAsked(args []string) bool {
 	switch sub, rest := args[0], args[1:]; {
-	case sub == "help" || isHelpFlag(sub):
+	case sub == "help" || clibase.IsHelpFlag(sub):
 		return true
 	case sub == "exec":
 		return execHelpAsked(rest)
 	default:
-		return helpAsked(rest)
+		return clibase.HelpAsked(rest)
 	}
 }
 
@@ -138,14 +143,14 @@ func sandboxHelpFor(ctx context.Context, sub string, stdout, stderr io.Writer) e
 		return sandboxRemove(ctx, nil, help, stdout, stderr)
 	}
 	if text, ok := sandboxHelp[sub]; ok {
-		return showHelp(stdout, text)
+		return clibase.ShowHelp(stdout, text)
 	}
-	return showHelp(stdout, sandboxUsage)
+	return clibase.ShowHelp(stdout, sandboxUsage)
 }
 
 func usageErr(stderr io.Writer, msg string) error {
 	fmt.Fprintf(stderr, "cove sandbox: %s\n\n%s", msg, sandboxUsage)
-	return ErrUsage
+	return clibase.ErrUsage
 }
 
 // extractStateDir pulls --state-dir out of args wherever it is.
@@ -178,10 +183,10 @@ func extractFlag(args []string, name string) (string, []string) {
 
 func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("create", flag.ContinueOnError)
-	setUsage(fs, "Usage: cove sandbox create [flags]\n\nCreates and starts a sandbox; prints its id.\n")
+	clibase.SetUsage(fs, "Usage: cove sandbox create [flags]\n\nCreates and starts a sandbox; prints its id.\n")
 	tmpl := fs.String("template", "", "template name (default host)")
 	ttl := new(time.Duration)
-	fs.Var(ttlFlag{ttl}, "ttl", "stop the sandbox this long after it starts: a duration with its unit, such as 30m or 1h (default: no TTL)")
+	fs.Var(clibase.TTLFlag{D: ttl}, "ttl", "stop the sandbox this long after it starts: a duration with its unit, such as 30m or 1h (default: no TTL)")
 	cpus := fs.Float64("cpus", 0, "CPU quota in cores, at most this machine's CPU count (or the server's)")
 	mem := fs.String("memory", "", "memory limit (e.g. 512M, 2G)")
 	disk := fs.String("disk", "", "disk limit for the sandbox's own writes (e.g. 2G)")
@@ -189,20 +194,20 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	// the host (or of the server's host) with a fork bomb.
 	pids := fs.Int("pids", 0, "maximum processes and threads of the sandbox's commands: at least 16; 0 (the default) takes the runtime's (1024 here, the size's on a server); -1: no limit, where the runtime allows it")
 	man := fs.String("manifest", "", "workspace manifest (JSON, OpenAI Agents SDK format) to apply")
-	var envs, allow multiFlag
+	var envs, allow clibase.MultiFlag
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")
 	network := fs.String("network", "none", "none (loopback only), internet (public addresses; not the host, private ranges or cloud metadata) or allow (only --allow)")
 	fs.Var(&allow, "allow", "with --network allow: an address, CIDR or host, with an optional :port, the sandbox may reach (repeatable)")
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{},
 		Network: sandbox.Network{Mode: *network, Allow: allow}}
 	var err error
-	if spec.Limits.MemoryBytes, err = parseSize(*mem); err != nil {
+	if spec.Limits.MemoryBytes, err = clibase.ParseSize(*mem); err != nil {
 		return fmt.Errorf("--memory: %w", err)
 	}
-	if spec.Limits.DiskBytes, err = parseSize(*disk); err != nil {
+	if spec.Limits.DiskBytes, err = clibase.ParseSize(*disk); err != nil {
 		return fmt.Errorf("--disk: %w", err)
 	}
 	for _, kv := range envs {
@@ -250,31 +255,6 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 		l.WaitPool()
 	}
 	return nil
-}
-
-// parseSize reads 512M, 2G, 1.5GiB, 1048576 as bytes ("" is 0).
-func parseSize(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	u := strings.ToUpper(strings.TrimSpace(s))
-	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(u, "K"):
-		mult, u = 1<<10, strings.TrimSuffix(u, "K")
-	case strings.HasSuffix(u, "M"):
-		mult, u = 1<<20, strings.TrimSuffix(u, "M")
-	case strings.HasSuffix(u, "G"):
-		mult, u = 1<<30, strings.TrimSuffix(u, "G")
-	case strings.HasSuffix(u, "T"):
-		mult, u = 1<<40, strings.TrimSuffix(u, "T")
-	}
-	f, err := strconv.ParseFloat(u, 64)
-	if err != nil || f < 0 {
-		return 0, fmt.Errorf("%q is not a size: use a number with K, M, G or T, such as 512M", s)
-	}
-	return int64(f * float64(mult)), nil
 }
 
 func sandboxList(ctx context.Context, rt sandbox.Runtime, stdout io.Writer) error {
@@ -327,12 +307,12 @@ func shortDur(d time.Duration) string {
 
 func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	setUsage(fs, "Usage: cove sandbox exec ID [-i] [-t] [-e K=V]... [-w DIR] [-u USER] -- CMD [ARGS...]\n\nRuns a command in a sandbox; exits with its exit code.\n")
+	clibase.SetUsage(fs, "Usage: cove sandbox exec ID [-i] [-t] [-e K=V]... [-w DIR] [-u USER] -- CMD [ARGS...]\n\nRuns a command in a sandbox; exits with its exit code.\n")
 	interactive := fs.Bool("i", false, "send our standard input to the command")
 	tty := fs.Bool("t", false, "run the command on a terminal (implies -i)")
 	dir := fs.String("w", "", "working directory (default: the workspace)")
 	user := fs.String("u", "", "user to run as (default: the sandbox's user)")
-	var envs multiFlag
+	var envs clibase.MultiFlag
 	fs.Var(&envs, "e", "KEY=VALUE (repeatable)")
 	if len(args) == 0 {
 		return usageErr(stderr, "exec needs a sandbox id and a command")
@@ -355,7 +335,7 @@ func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout,
 	if !strings.HasPrefix(expanded[0], "-") {
 		id, expanded = expanded[0], expanded[1:]
 	}
-	if err := parseFlags(fs, expanded, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, expanded, stdout, stderr); err != nil {
 		return err
 	}
 	argv := fs.Args()
@@ -406,7 +386,7 @@ func sandboxExec(ctx context.Context, rt sandbox.Runtime, args []string, stdout,
 		if code <= 0 {
 			code = 128 + 9
 		}
-		return exitError{code}
+		return clibase.ExitError{Code: code}
 	}
 	return nil
 }
@@ -586,16 +566,16 @@ func copyOut(ctx context.Context, s sandbox.Session, src, dst string, stderr io.
 
 func sandboxSnapshot(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
-	setUsage(fs, "Usage: cove sandbox snapshot ID -o FILE.tar\n\nSaves the sandbox's workspace as a tar.\n")
+	clibase.SetUsage(fs, "Usage: cove sandbox snapshot ID -o FILE.tar\n\nSaves the sandbox's workspace as a tar.\n")
 	out := fs.String("o", "", "file to write the tar to")
-	if helpAsked(args) {
-		return parseFlags(fs, []string{"-h"}, stdout, stderr)
+	if clibase.HelpAsked(args) {
+		return clibase.ParseFlags(fs, []string{"-h"}, stdout, stderr)
 	}
 	if len(args) == 0 {
 		return usageErr(stderr, "snapshot needs a sandbox id")
 	}
 	id := args[0]
-	if err := parseFlags(fs, args[1:], stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args[1:], stdout, stderr); err != nil {
 		return err
 	}
 	if *out == "" {
@@ -635,9 +615,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 func sandboxRemove(ctx context.Context, rt sandbox.Runtime, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rm", flag.ContinueOnError)
-	setUsage(fs, "Usage: cove sandbox rm [-f] ID...\n\nDeletes sandboxes and their disks.\n")
+	clibase.SetUsage(fs, "Usage: cove sandbox rm [-f] ID...\n\nDeletes sandboxes and their disks.\n")
 	force := fs.Bool("f", false, "stop running sandboxes first")
-	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	return eachID(fs.Args(), func(id string) error {
@@ -660,7 +640,7 @@ func sandboxRemove(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 // each failure's reason; it fails if any did.
 func eachID(ids []string, fn func(string) error, stdout io.Writer, verb string) error {
 	if len(ids) == 0 {
-		return fmt.Errorf("no sandbox id given: %w", ErrUsage)
+		return fmt.Errorf("no sandbox id given: %w", clibase.ErrUsage)
 	}
 	var errs []error
 	for _, id := range ids {
@@ -673,8 +653,38 @@ func eachID(ids []string, fn func(string) error, stdout io.Writer, verb string) 
 	return errors.Join(errs...)
 }
 
-// multiFlag collects a repeatable flag.
-type multiFlag []string
+// execHelpAsked is helpAsked for `cove sandbox exec`: its flags may come
+// before or after the sandbox id, but the first argument after the id
+// that is not a flag starts the command, whose own --help is its own.
+func execHelpAsked(args []string) bool {
+	seenID := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return false
+		case clibase.IsHelpFlag(a):
+			return true
+		case a == "-e" || a == "-w" || a == "-u":
+			i++ // the flag's value
+		case strings.HasPrefix(a, "-"):
+		case !seenID:
+			seenID = true
+		default:
+			return false
+		}
+	}
+	return false
+}
 
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+// sandboxHelp is the usage of `cove sandbox CMD` ("" when CMD has no
+// page of its own: the sandbox usage is shown).
+var sandboxHelp = map[string]string{
+	"ls":     "Usage: cove sandbox ls\n\nLists the sandboxes: id, state, template, age, and the time left before the TTL stops each.\n",
+	"list":   "Usage: cove sandbox ls\n\nLists the sandboxes: id, state, template, age, and the time left before the TTL stops each.\n",
+	"cp":     "Usage: cove sandbox cp ID:PATH LOCAL\n       cove sandbox cp LOCAL ID:PATH\n\nCopies a file or folder between this machine and a sandbox; into PATH when it is a folder.\n",
+	"stop":   "Usage: cove sandbox stop ID...\n\nStops sandboxes; their disk is kept (cove sandbox resume ID).\n",
+	"resume": "Usage: cove sandbox resume ID...\n\nStarts stopped sandboxes again, with their disk.\n",
+	"fork":   "Usage: cove sandbox fork ID\n\nMakes a new sandbox with a copy of ID's disk; prints its id.\n",
+	"drain":  "Usage: cove sandbox drain\n\nDeletes the sandboxes kept ready for COVE_POOL.\n",
+}

@@ -1,4 +1,4 @@
-package app
+package runtimes
 
 import (
 	"context"
@@ -156,12 +156,12 @@ func AgentRuntime(stateDir, server string) (sandbox.Runtime, Kind, error) {
 	return rt, Isolated, err
 }
 
-// serverRuntime is the local runtime of a Cove server: its sandboxes in
+// Server is the local runtime of a Cove server: its sandboxes in
 // the server's data directory, templates shared with `cove template`
 // under stateDir, pool sandboxes of the default size's disk (which most
 // creates ask for) kept started ahead; allowPrivate is
 // --network-allow-private.
-func serverRuntime(stateDir, data string, pool int, allowPrivate string) (*local.Runtime, error) {
+func Server(stateDir, data string, pool int, allowPrivate string) (*local.Runtime, error) {
 	nets, err := local.ParseNetworks(allowPrivate)
 	if err != nil {
 		return nil, fmt.Errorf("--network-allow-private: %w", err)
