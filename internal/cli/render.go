@@ -117,38 +117,7 @@ func (r *renderer) event(e agent.Event) {
 			r.print(indent(e.Diff))
 		}
 	case agent.EventToolCallFinished:
-		r.newline()
-		d := e.Duration.Round(time.Millisecond)
-		view, ran := r.started[e.CallID]
-		switch {
-		case !ran:
-			// Rejected: it never ran.
-			what := r.calls[e.CallID]
-			if what == "" {
-				what = e.Tool + " " + e.CallID
-			}
-			r.print(fmt.Sprintf("✗ rejected: %s\n", what))
-		case e.ExitCode != nil:
-			mark := "✓"
-			if *e.ExitCode != 0 {
-				mark = "✗"
-			}
-			r.print(fmt.Sprintf("  %s exit %d · %s\n", mark, *e.ExitCode, d))
-		case view.Kind == agent.CallCommand:
-			if e.SessionID != 0 {
-				r.print(fmt.Sprintf("  … still running as session %d · %s\n", e.SessionID, d))
-			} else {
-				r.print(fmt.Sprintf("  %s · %s\n", firstLine(e.Result), d))
-			}
-		case view.Kind == agent.CallEdit:
-			// The changes were shown as they were made; only a failure
-			// needs a line.
-			if strings.HasPrefix(e.Result, "error") || strings.Contains(e.Result, "rejected") {
-				r.print(fmt.Sprintf("  ✗ %s\n", firstLine(e.Result)))
-			}
-		default:
-			r.print(fmt.Sprintf("  ← %s · %s\n", clip(firstLine(e.Result), 120), d))
-		}
+		r.finished(e)
 	case agent.EventApprovalRequested:
 		// What waits, and the id that --approve-call takes.
 		what := summarizeCall(e.Tool, e.Arguments, e.CallView)
@@ -174,6 +143,43 @@ func (r *renderer) event(e agent.Event) {
 			r.print(fmt.Sprintf("· %d model calls · tokens in %d (cached %d) out %d · %s\n",
 				e.Usage.Requests, e.Usage.InputTokens, e.Usage.CachedInputTokens, e.Usage.OutputTokens, cost))
 		}
+	}
+}
+
+// finished prints the line that ends a tool call: rejected, its exit
+// code, a command still running, an edit's failure, or its result.
+func (r *renderer) finished(e agent.Event) {
+	r.newline()
+	d := e.Duration.Round(time.Millisecond)
+	view, ran := r.started[e.CallID]
+	switch {
+	case !ran:
+		// Rejected: it never ran.
+		what := r.calls[e.CallID]
+		if what == "" {
+			what = e.Tool + " " + e.CallID
+		}
+		r.print(fmt.Sprintf("✗ rejected: %s\n", what))
+	case e.ExitCode != nil:
+		mark := "✓"
+		if *e.ExitCode != 0 {
+			mark = "✗"
+		}
+		r.print(fmt.Sprintf("  %s exit %d · %s\n", mark, *e.ExitCode, d))
+	case view.Kind == agent.CallCommand:
+		if e.SessionID != 0 {
+			r.print(fmt.Sprintf("  … still running as session %d · %s\n", e.SessionID, d))
+		} else {
+			r.print(fmt.Sprintf("  %s · %s\n", firstLine(e.Result), d))
+		}
+	case view.Kind == agent.CallEdit:
+		// The changes were shown as they were made; only a failure
+		// needs a line.
+		if strings.HasPrefix(e.Result, "error") || strings.Contains(e.Result, "rejected") {
+			r.print(fmt.Sprintf("  ✗ %s\n", firstLine(e.Result)))
+		}
+	default:
+		r.print(fmt.Sprintf("  ← %s · %s\n", clip(firstLine(e.Result), 120), d))
 	}
 }
 
