@@ -63,8 +63,12 @@ func serverDB(dir string) (string, error) {
 		return "", fmt.Errorf("--data %s: %w: it belongs to uid %d; run this as root or as that user", abs, ErrNotAllowed, st.Uid)
 	}
 	db := filepath.Join(abs, "cove.db")
-	f, err := os.OpenFile(db, os.O_RDWR, 0)
+	// Not through a link: root opening whatever database a link in the
+	// owner's directory names would write keys (and migrations) into it.
+	f, err := os.OpenFile(db, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return "", fmt.Errorf("--data %s: cove.db is a symbolic link; cove serve's store is a regular file: give the directory that holds it", abs)
 	case errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("--data %s holds no Cove server data (no cove.db); give the --data of cove serve, or start cove serve there once (it prints the first admin key)", abs)
 	case errors.Is(err, fs.ErrPermission):
@@ -72,6 +76,9 @@ func serverDB(dir string) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("--data %s: %w", abs, err)
 	}
-	f.Close()
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("--data %s: cove.db is not a regular file; give the --data of cove serve", abs)
+	}
 	return db, nil
 }

@@ -109,6 +109,18 @@ func TestKeyCreateDataRefusals(t *testing.T) {
 			}
 		})
 	}
+	// A cove.db that is a link to another database: refused, the target
+	// left as it was.
+	linked := t.TempDir()
+	other := filepath.Join(t.TempDir(), "other.db")
+	os.WriteFile(other, []byte("not yours"), 0o600)
+	os.Symlink(other, filepath.Join(linked, "cove.db"))
+	if _, _, err := run(t, "key", "create", "--admin", "--data", linked); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("a linked cove.db: %v, want it refused as a link", err)
+	}
+	if b, _ := os.ReadFile(other); string(b) != "not yours" {
+		t.Errorf("the link's target was changed: %q", b)
+	}
 	for _, args := range [][]string{
 		{"--data", dir}, // not --admin
 		{"x", "--admin", "--data", dir, "--team", "acme"}, // a team key
