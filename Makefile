@@ -7,7 +7,7 @@ GO ?= go
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 export PATH := $(GOBIN):/usr/local/go/bin:$(PATH)
 
-.PHONY: run test deps deps-run deps-test build generate bench fuzz
+.PHONY: run test deps deps-run deps-test build generate bench fuzz image
 
 # deps-run installs what building Cove and running cove serve need;
 # deps-test adds what only the tests need (chromium, node and the npm
@@ -36,6 +36,10 @@ build:
 	sha256sum bin/cove-full | cut -d' ' -f1 >cmd/cove/cove-full.sha256
 	CGO_ENABLED=0 $(GO) build -tags front,embedsandbox -o bin/cove ./cmd/cove
 	rm -f bin/cove-full
+
+# image writes the Cove server as a container image for deploy/kubernetes.
+image: build
+	./bin/cove image server --output bin/cove-server.tar
 
 run: deps-run build
 	./bin/cove serve

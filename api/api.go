@@ -99,6 +99,11 @@ type CreateSandbox struct {
 	// Network is what the sandbox may reach; none (loopback only) when
 	// absent.
 	Network *Network `json:"network,omitempty"`
+	// Isolation is the wall between the sandbox and the host: "native"
+	// (the default; the host's kernel behind namespaces, seccomp and
+	// Landlock) or "gvisor" (gVisor's user-space kernel, whose pause
+	// keeps memory).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Network is a sandbox's network policy.
@@ -132,7 +137,33 @@ type Sandbox struct {
 	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
 	OnExpire           string            `json:"on_expire"`
 	Network            *Network          `json:"network,omitempty"`
+	// Isolation is the sandbox's tier: native or gvisor.
+	Isolation string `json:"isolation"`
+	// Paused says a stopped sandbox kept its memory: resume brings back
+	// its processes as they were (gvisor only).
+	Paused bool `json:"paused,omitempty"`
 }
+
+// Pause is the optional body of POST /v1/sandboxes/{id}/pause.
+type Pause struct {
+	// KeepMemory: true keeps the processes and their memory (refused
+	// on a tier that cannot: native), false keeps the disk only; absent
+	// keeps memory when the sandbox's tier can (gvisor).
+	KeepMemory *bool `json:"keep_memory,omitempty"`
+}
+
+// Fork is the body of POST /v1/sandboxes/{id}/forks, which answers
+// with a SandboxList of the copies (POST .../fork makes one and answers
+// with it).
+type Fork struct {
+	// Count is how many copies to make, 1 to MaxForks.
+	// Copies of a running gvisor sandbox start with its processes and
+	// memory; others with its disk.
+	Count int `json:"count,omitempty"`
+}
+
+// MaxForks is the most copies one fork makes.
+const MaxForks = 16
 
 // SandboxList is GET /v1/sandboxes: a page and the cursor of the next.
 type SandboxList struct {

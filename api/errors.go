@@ -26,6 +26,8 @@ var codes = []struct {
 	{sandbox.ErrPermission, CodeUnauthorized, http.StatusUnauthorized},
 	{sandbox.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
 	{sandbox.ErrUnavailable, CodeUpstream, http.StatusBadGateway},
+	{sandbox.ErrState, CodeIdempotencyInFlight, http.StatusConflict},
+	{sandbox.ErrInvalid, CodeIdempotencyMismatch, http.StatusUnprocessableEntity},
 }
 
 // CodeOf is the status and code the server answers err with: a sentinel's

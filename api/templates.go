@@ -15,4 +15,7 @@ type Template struct {
 // default ("host") first.
 type TemplateList struct {
 	Templates []Template `json:"templates"`
+	// Isolations are the tiers a create may ask for here ("native",
+	// "gvisor"); absent when the server's runtime does not say.
+	Isolations []string `json:"isolations,omitempty"`
 }

@@ -28,21 +28,25 @@
 //     (metrics.go), a measurement rather than a copy of a record: each
 //     replica answers with its own.
 //
-// Two things are serialised by createMu, a mutex of this process only:
-// a quota check with the create it admits, and each read-modify-write
-// of a record. Across replicas nothing serialises them yet (the store
-// has no conditional write): creates racing on two replicas may each
-// pass a team's quota once, and two writes racing on one record keep the
-// last.
+// A quota check and the create it admits are serialised by createMu, a
+// mutex of this process, and across processes by a lock in the store
+// (Config.Lease, replicas.go); without a Lease nothing serialises them
+// across replicas. Each read-modify-write of a record is one transaction
+// of the store (store.UpdateSandbox), whoever makes it.
 //
 // The lifecycle loop (Start) and Reconcile act for the whole store: they
 // meter every sandbox, stop and delete by policy, and delete a sandbox
-// the runtime has but the store does not (which, seen from another
-// replica, may be a create in flight). So they run in ONE process per
-// store: the others are built with Config.NoLifecycle, which turns both
-// off. The store has no lease to elect that process yet, so the operator
-// picks it; until it has one, bytes through the other replicas (CountIn,
-// CountOut) are not metered, as only the loop records them.
+// the runtime has but the store does not. So they run in ONE process per
+// store: with Config.Lease, the holder of LifecycleLease (elected, with
+// failover when it dies); without, the one not built with
+// Config.NoLifecycle. Bytes through a replica that does not hold the
+// lease (CountIn, CountOut), and CPU time it read at a stop or delete,
+// it records itself every MeterInterval (meterHere); without a lease, a
+// NoLifecycle replica's are not metered.
+//
+// Replicas must share the runtime too (every replica sees every sandbox,
+// as with the kube runtime): the loop treats a sandbox the runtime does
+// not list as gone.
 package fleet
 
 import (
@@ -56,17 +60,25 @@ import (
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/fleet/lease"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/blobdir"
 )
 
 // Config configures a Fleet. Zero values mean the defaults.
 type Config struct {
 	Runtime sandbox.Runtime
 	Store   store.Store
-	// DataDir holds what the store does not: snapshot tars.
+	// DataDir holds what the store does not: snapshot tars, unless
+	// Blobs keeps them.
 	DataDir string
-	Logger  *slog.Logger
+	// Blobs keeps snapshot tars ("snapshots/TEAM/ID.tar"); nil means the
+	// store's own when it keeps blobs (PostgreSQL: replicas on several
+	// hosts, each with its own DataDir, serve each other's snapshots),
+	// else files under DataDir (store/blobdir).
+	Blobs  store.Blobs
+	Logger *slog.Logger
 	// DefaultTTL applies when a create names none (30 min); MaxTTL caps
 	// any TTL (7 days).
 	DefaultTTL, MaxTTL time.Duration
@@ -96,6 +108,16 @@ type Config struct {
 	// Reconcile do nothing, for a replica that shares its store with the
 	// one process that runs them (see the package doc).
 	NoLifecycle bool
+	// Lease, when set, is shared by every process over this store: the
+	// one holding LifecycleLease runs the lifecycle loop (and Reconcile
+	// when it takes it), and a quota check or an operation on a sandbox
+	// holds a lock across them (replicas.go). Nil: one process.
+	Lease store.Leaser
+	// Holder names this process in Lease (lease.Holder() unless set);
+	// LeaseTTL is how long a lease outlives a holder that stopped
+	// renewing it (lease.DefaultTTL).
+	Holder   string
+	LeaseTTL time.Duration
 	// LifecycleInterval is how often the lifecycle loop runs (5 s): the
 	// TTL, idle timeout and retention act at most this late. Tests
 	// shorten it.
@@ -136,11 +158,17 @@ type Fleet struct {
 	cpu cpuCounts
 
 	// createMu serialises quota checks with the creates they admit, and
-	// read-modify-writes of records, in this process (package doc).
+	// the lifecycle loop's reading of records and the runtime's list with
+	// creates and resumes, in this process (package doc).
 	createMu sync.Mutex
 	// ops serialises, per sandbox, the lifecycle loop's stop or delete
 	// with a resume (wake.go). Taken before createMu, never after.
 	ops sandboxLocks
+
+	// leaseHeld is true while this process runs the lifecycle loop;
+	// ticks counts the loop's rounds (tests).
+	leaseHeld atomic.Bool
+	ticks     atomic.Int64
 
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -153,6 +181,13 @@ type traffic struct{ in, out atomic.Int64 }
 func New(cfg Config) (*Fleet, error) {
 	if cfg.Runtime == nil || cfg.Store == nil {
 		return nil, fmt.Errorf("fleet: a runtime and a store are required: %w", sandbox.ErrInvalid)
+	}
+	if cfg.Blobs == nil {
+		if b, ok := cfg.Store.(store.Blobs); ok {
+			cfg.Blobs = b
+		} else {
+			cfg.Blobs = blobdir.New(cfg.DataDir)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -174,6 +209,12 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Holder == "" {
+		cfg.Holder = lease.Holder()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = lease.DefaultTTL
 	}
 	if cfg.MaxCPUs <= 0 {
 		cfg.MaxCPUs = float64(runtime.NumCPU())
@@ -210,7 +251,7 @@ func (f *Fleet) Start() {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			f.lifecycleLoop()
+			f.runLifecycle()
 		}()
 	}
 	f.wg.Add(1)
@@ -218,13 +259,19 @@ func (f *Fleet) Start() {
 		defer f.wg.Done()
 		t := time.NewTicker(touchInterval)
 		defer t.Stop()
+		metered := time.Now()
 		for {
 			select {
 			case <-f.done:
 				f.flushTouches()
+				f.meterHere(context.Background())
 				return
 			case <-t.C:
 				f.flushTouches()
+				if time.Since(metered) >= MeterInterval {
+					f.meterHere(context.Background())
+					metered = time.Now()
+				}
 			}
 		}
 	}()

@@ -176,9 +176,11 @@ func (f *Fleet) Thaw(ctx context.Context, team, sid string, req api.CreateSandbo
 	}
 	f.createMu.Lock()
 	defer f.createMu.Unlock()
-	if err := f.admit(ctx, team, rec.Spec); err != nil {
+	release, err := f.admit(ctx, team, rec.Spec)
+	if err != nil {
 		return store.Sandbox{}, err
 	}
+	defer release()
 	sess, err := fk.Fork(ctx, fr.ID)
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("copying snapshot %s: %w", sid, err)
@@ -203,6 +205,9 @@ func (f *Fleet) thawRecord(fr store.Sandbox, req api.CreateSandbox, own map[stri
 	switch {
 	case req.Template != "", len(req.Manifest) > 0, req.Size != "", req.Root != "", req.User != "":
 		return store.Sandbox{}, invalid("a sandbox made from a snapshot has the snapshot's template, files, size and user; create it without them")
+	}
+	if req.Isolation != "" && cmp.Or(req.Isolation, sandbox.IsolationNative) != Isolation(fr) {
+		return store.Sandbox{}, invalid("isolation %q: a sandbox made from this snapshot runs on its tier, %s; create it without isolation", req.Isolation, Isolation(fr))
 	}
 	// A network the create names is not dropped for the snapshot's: a
 	// create that asks for less egress than the snapshot had is refused,
@@ -270,7 +275,7 @@ func (f *Fleet) thawStart(ctx context.Context, sess sandbox.Session, rec *store.
 	rec.State, rec.CreatedAt, rec.StartedAt, rec.LastActivity = store.StateRunning, now, now, now
 	rec.Deadline = now.Add(rec.Spec.TTL)
 	if d, ok := f.cfg.Runtime.(sandbox.Deadliner); ok {
-		if err := d.SetDeadline(ctx, rec.ID, rec.Deadline); err != nil {
+		if err := d.SetDeadline(ctx, rec.ID, rec.Deadline.Add(f.expireGrace(*rec))); err != nil {
 			return err
 		}
 	}

@@ -15,27 +15,26 @@ import (
 // the end it records the usage up to then, so a restarted server goes on
 // from there.
 //
-// One process runs the loop over a store (see the package doc): several
-// replicas over one PostgreSQL store would each stop, delete and meter
-// the same sandboxes; until the store has a lease to elect one, the
-// others are built with Config.NoLifecycle.
-func (f *Fleet) lifecycleLoop() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-f.done
-		cancel()
-	}()
+// One process runs the loop over a store (see the package doc): ctx
+// ends when the server closes or this process loses the lease. Only at
+// a close is use flushed: after a lost lease the new holder meters from
+// where the store's usage ends.
+func (f *Fleet) lifecycleLoop(ctx context.Context) {
+	f.leaseHeld.Store(true)
+	defer f.leaseHeld.Store(false)
 	lc := &lifecycle{f: f, meter: newMeter(f)}
 	t := time.NewTicker(f.cfg.LifecycleInterval)
 	defer t.Stop()
 	for {
 		lc.tick(ctx)
+		f.ticks.Add(1)
 		select {
-		case <-f.done:
-			fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			lc.flush(fctx)
-			fcancel()
+		case <-ctx.Done():
+			if f.closed.Load() {
+				fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				lc.flush(fctx)
+				fcancel()
+			}
 			return
 		case <-t.C:
 		}
@@ -71,7 +70,7 @@ func (lc *lifecycle) tick(ctx context.Context) {
 	}
 	for i := range recs {
 		if in, ok := live[recs[i].ID]; ok && in.State == sandbox.StateStopped && recs[i].State == store.StateRunning {
-			lc.syncStopped(ctx, &recs[i])
+			lc.syncStopped(ctx, &recs[i], in.Paused)
 		}
 	}
 	lc.meter.run(ctx, recs, now, false)
@@ -116,27 +115,34 @@ func (lc *lifecycle) snapshot(ctx context.Context) ([]store.Sandbox, map[string]
 }
 
 // syncStopped records a sandbox stopped that the runtime stopped. The
-// record is read again first: the API may have stopped or deleted it
-// since the snapshot.
-func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox) {
+// record is read again in the write's transaction (update): the API may
+// have stopped or deleted it since the snapshot.
+func (lc *lifecycle) syncStopped(ctx context.Context, rec *store.Sandbox, paused bool) {
 	f := lc.f
-	f.createMu.Lock() // against a delete between the read and the write
-	defer f.createMu.Unlock()
-	fresh, err := f.cfg.Store.GetSandbox(ctx, "", rec.ID)
-	// A new start since the snapshot (another replica's resume, which
-	// createMu does not hold off) is not what the runtime said stopped.
-	if err != nil || fresh.State != store.StateRunning || !fresh.StartedAt.Equal(rec.StartedAt) {
-		return
-	}
-	f.forgetSession(rec.ID)
+	started := rec.StartedAt
 	// The runtime does not say when; now is at most one tick late.
-	fresh.State, fresh.StoppedAt = store.StateStopped, f.cfg.Now()
-	if err := f.cfg.Store.PutSandbox(ctx, fresh); err != nil {
+	now := f.cfg.Now()
+	err := f.update(ctx, rec, func(r *store.Sandbox) error {
+		// A new start since the snapshot (a resume here or on another
+		// replica) is not what the runtime said stopped.
+		if r.State != store.StateRunning || !r.StartedAt.Equal(started) {
+			return errUnchanged
+		}
+		r.State, r.StoppedAt = store.StateStopped, now
+		if paused { // it kept its memory
+			r.Spec.Labels[pausedLabel] = "1"
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errUnchanged) || errors.Is(err, sandbox.ErrNotFound):
+		return
+	case err != nil:
 		f.log.Error("lifecycle: recording a sandbox the runtime stopped", "sandbox", rec.ID, "err", err)
 		return
 	}
+	f.forgetSession(rec.ID)
 	f.log.Info("the runtime stopped a sandbox (its TTL, or its supervisor died)", "sandbox", rec.ID)
-	*rec = fresh
 }
 
 // A policy says whether it applies to a sandbox now.
@@ -195,7 +201,11 @@ func (lc *lifecycle) act(ctx context.Context, id, why string, applies policy) {
 	f := lc.f
 	// A resume between the read and the stop would be stopped, or
 	// recorded stopped while it runs.
-	defer f.ops.lock(id)()
+	unlock, err := f.lockOp(ctx, id)
+	if err != nil {
+		return
+	}
+	defer unlock()
 	rec, err := f.cfg.Store.GetSandbox(ctx, "", id)
 	if err != nil {
 		return
@@ -214,7 +224,12 @@ func (lc *lifecycle) act(ctx context.Context, id, why string, applies policy) {
 		f.log.Info("deleted sandbox", "sandbox", id, "why", why)
 		return
 	}
-	if err := f.stop(ctx, &rec, false); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	if why == "ttl" {
+		err = f.settle(ctx, &rec) // a pause with memory where its deadline says so
+	} else {
+		err = f.stop(ctx, &rec, false)
+	}
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		f.log.Error("lifecycle: stopping sandbox", "sandbox", id, "why", why, "err", err)
 		return
 	}
@@ -238,11 +253,17 @@ func (lc *lifecycle) flush(ctx context.Context) {
 // no longer has are dropped, and sandboxes the runtime has with a team
 // label but no record (a create cut short by a crash) are deleted. Like
 // the lifecycle loop, it is for the one process per store that runs it:
-// with Config.NoLifecycle it does nothing.
+// with Config.NoLifecycle it does nothing, and with Config.Lease the
+// loop runs it whenever it takes the lease (replicas.go).
 func (f *Fleet) Reconcile(ctx context.Context) error {
-	if f.cfg.NoLifecycle {
+	if f.cfg.NoLifecycle || f.cfg.Lease != nil {
 		return nil
 	}
+	return f.reconcile(ctx)
+}
+
+// reconcile is Reconcile's work.
+func (f *Fleet) reconcile(ctx context.Context) error {
 	infos, err := f.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing the runtime's sandboxes: %w", err)
@@ -267,16 +288,15 @@ func (f *Fleet) Reconcile(ctx context.Context) error {
 			if in.State == sandbox.StateRunning { // a snapshot stays stopped
 				f.cfg.Runtime.Stop(ctx, rec.ID)
 			}
-		case in.State == sandbox.StateStopped && rec.State == store.StateRunning:
-			rec.State, rec.StoppedAt = store.StateStopped, f.cfg.Now()
-			f.cfg.Store.PutSandbox(ctx, rec)
-		case in.State == sandbox.StateRunning && rec.State == store.StateStopped:
-			rec.State, rec.StoppedAt = store.StateRunning, time.Time{}
-			f.cfg.Store.PutSandbox(ctx, rec)
+		case in.State != sandbox.StateStopped && in.State != sandbox.StateRunning:
+		case (in.State == sandbox.StateStopped) != (rec.State == store.StateStopped):
+			f.reconcileState(ctx, rec, in.State)
 		}
 	}
 	for id, in := range live {
-		if !seen[id] && in.Spec.Labels[teamLabel] != "" {
+		// With replicas, a young one may be a peer's create in flight.
+		young := f.cfg.Lease != nil && f.cfg.Now().Sub(in.CreatedAt) < orphanGrace
+		if !seen[id] && in.Spec.Labels[teamLabel] != "" && !young {
 			f.log.Warn("deleting a sandbox created but never recorded (the server stopped mid-create)", "sandbox", id)
 			if err := f.cfg.Runtime.Delete(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 				f.log.Error("deleting orphan", "sandbox", id, "err", err)
@@ -284,4 +304,22 @@ func (f *Fleet) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reconcileState records sandbox rec in the runtime's state, if its
+// record, read afresh in the write's transaction, still says otherwise
+// (a peer may have stopped or resumed it since the list).
+func (f *Fleet) reconcileState(ctx context.Context, rec store.Sandbox, state sandbox.State) {
+	now := f.cfg.Now()
+	f.update(ctx, &rec, func(r *store.Sandbox) error {
+		switch {
+		case state == sandbox.StateStopped && r.State == store.StateRunning:
+			r.State, r.StoppedAt = store.StateStopped, now
+		case state == sandbox.StateRunning && r.State == store.StateStopped:
+			r.State, r.StoppedAt = store.StateRunning, time.Time{}
+		default:
+			return errUnchanged
+		}
+		return nil
+	})
 }

@@ -54,17 +54,38 @@ func (f *Fleet) Expired(rec store.Sandbox) bool {
 }
 
 // admit checks a team's quota for one more running sandbox of spec.
-// Callers hold createMu until the sandbox is recorded.
-func (f *Fleet) admit(ctx context.Context, team string, spec sandbox.Spec) error {
+// Callers hold createMu, and call release once the sandbox is recorded.
+func (f *Fleet) admit(ctx context.Context, team string, spec sandbox.Spec) (release func(), err error) {
+	return f.admitN(ctx, team, spec, 1)
+}
+
+// admitN checks a team's quota for count more running sandboxes of spec.
+// A team with a quota is locked across replicas (quotaLock) until
+// release, so that a peer's create cannot pass the same check meanwhile.
+func (f *Fleet) admitN(ctx context.Context, team string, spec sandbox.Spec, count int) (release func(), err error) {
 	t, err := f.cfg.Store.GetTeam(ctx, team)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	q := t.Quota
 	if q == (store.Quota{}) {
-		return nil
+		return func() {}, nil
 	}
-	n, cpus, mem := 1, spec.Limits.CPUs, spec.Limits.MemoryBytes
+	release, err = f.lockShared(ctx, "quota/"+team)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.checkQuota(ctx, team, q, spec, count); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// checkQuota counts a team's running sandboxes with count more of spec
+// against its quota q.
+func (f *Fleet) checkQuota(ctx context.Context, team string, q store.Quota, spec sandbox.Spec, count int) error {
+	n, cpus, mem := count, float64(count)*spec.Limits.CPUs, int64(count)*spec.Limits.MemoryBytes
 	cursor := ""
 	for {
 		page, next, err := f.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{TeamID: team, State: store.StateRunning, After: cursor, Limit: 1000})
@@ -133,10 +154,15 @@ func (f *Fleet) createRecorded(ctx context.Context, team string, spec sandbox.Sp
 	// sandbox is CPU work, and more at once only makes each slower.
 	f.createMu.Lock()
 	defer f.createMu.Unlock()
-	if err := f.admit(ctx, team, spec); err != nil {
+	if err := f.haveTier(spec); err != nil {
 		return rec, nil, err
 	}
-	sess, err := f.cfg.Runtime.Create(ctx, spec)
+	release, err := f.admit(ctx, team, spec)
+	if err != nil {
+		return rec, nil, err
+	}
+	defer release()
+	sess, err := f.cfg.Runtime.Create(ctx, f.runtimeSpec(spec, rec, own))
 	if err != nil {
 		return rec, nil, fmt.Errorf("creating the sandbox: %w", err)
 	}
@@ -191,11 +217,9 @@ func (f *Fleet) remove(ctx context.Context, id string) error {
 	if err := f.cfg.Runtime.Delete(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return sandbox.WrapIDf(id, err, "deleting sandbox %s", id)
 	}
-	// Under createMu: the lifecycle loop's read-modify-write of a record
-	// must not put back one deleted in between.
-	f.createMu.Lock()
+	// No read-modify-write puts the record back: each is one
+	// transaction that finds it gone (update).
 	err := f.cfg.Store.DeleteSandbox(ctx, id)
-	f.createMu.Unlock()
 	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return err
 	}
@@ -214,20 +238,6 @@ func (f *Fleet) Stop(ctx context.Context, team, id string) (store.Sandbox, error
 		return rec, err
 	}
 	err = f.stop(ctx, &rec, false)
-	return rec, err
-}
-
-// Pause is Stop for a running sandbox that also drops its deadline: it
-// is then kept for the retention. ErrState when it is not running.
-func (f *Fleet) Pause(ctx context.Context, team, id string) (store.Sandbox, error) {
-	rec, err := f.Get(ctx, team, id)
-	if err != nil {
-		return rec, err
-	}
-	if rec.State != store.StateRunning {
-		return rec, fmt.Errorf("sandbox %s is already stopped: %w", rec.ID, sandbox.ErrState)
-	}
-	err = f.stop(ctx, &rec, true)
 	return rec, err
 }
 
@@ -257,7 +267,11 @@ func (f *Fleet) stop(ctx context.Context, rec *store.Sandbox, noDeadline bool) e
 // quota) with its TTL afresh, and records it; a running one is left as
 // it is.
 func (f *Fleet) Resume(ctx context.Context, team, id string) (store.Sandbox, error) {
-	defer f.ops.lock(id)()
+	unlock, err := f.lockOp(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer unlock()
 	rec, err := f.Get(ctx, team, id)
 	if err != nil {
 		return rec, err
@@ -271,7 +285,11 @@ func (f *Fleet) Resume(ctx context.Context, team, id string) (store.Sandbox, err
 // stopped one, or one whose deadline has passed and is to stop then
 // (Due), is resumed with that deadline (resumed is then true).
 func (f *Fleet) Keep(ctx context.Context, team, id string, ttl time.Duration) (rec store.Sandbox, resumed bool, err error) {
-	defer f.ops.lock(id)()
+	unlock, err := f.lockOp(ctx, id)
+	if err != nil {
+		return rec, false, err
+	}
+	defer unlock()
 	rec, err = f.getSettled(ctx, team, id)
 	if err != nil {
 		return rec, false, err
@@ -287,7 +305,12 @@ func (f *Fleet) Keep(ctx context.Context, team, id string, ttl time.Duration) (r
 }
 
 // resume starts a stopped sandbox of team to end ttl from now (within
-// its quota), and records it; a running one is left as it is.
+// its quota), and records it; a running one is left as it is. Callers
+// hold its operation lock (lockOp): the runtime's resume sits between
+// the read and the write, so no other resume, pause or lifecycle stop of
+// it, here or on a peer, may run meanwhile. createMu is held too, so
+// this process's lifecycle loop does not see it running in the runtime
+// before it is recorded so.
 func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl time.Duration) error {
 	if rec.State == store.StateRunning {
 		return nil
@@ -302,15 +325,17 @@ func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl
 		*rec = fresh // resumed meanwhile
 		return nil
 	}
-	if err := f.admit(ctx, team, fresh.Spec); err != nil {
+	release, err := f.admit(ctx, team, fresh.Spec)
+	if err != nil {
 		return err
 	}
+	defer release()
 	now := f.cfg.Now()
 	deadline := now.Add(ttl)
 	// The runtime's deadline is moved first: the past one would refuse
 	// the resume, and a stopped sandbox starts with the one it has.
 	if d, ok := f.cfg.Runtime.(sandbox.Deadliner); ok {
-		if err := d.SetDeadline(ctx, fresh.ID, deadline); err != nil {
+		if err := d.SetDeadline(ctx, fresh.ID, deadline.Add(f.expireGrace(fresh))); err != nil {
 			return err
 		}
 	}
@@ -321,54 +346,24 @@ func (f *Fleet) resume(ctx context.Context, team string, rec *store.Sandbox, ttl
 	if err := f.thawedEnv(ctx, sess, fresh); err != nil {
 		f.log.Warn("resuming a sandbox made from a snapshot: its create's envs are not set", "sandbox", fresh.ID, "err", err)
 	}
-	fresh.State, fresh.StartedAt, fresh.StoppedAt, fresh.LastActivity = store.StateRunning, now, time.Time{}, now
-	fresh.Deadline = deadline
-	if err := f.cfg.Store.PutSandbox(ctx, fresh); err != nil {
-		return err
-	}
-	*rec = fresh
-	return nil
+	// A change a peer made meanwhile (its labels, a reconcile's) is kept.
+	return f.update(ctx, rec, func(r *store.Sandbox) error {
+		*r = unpaused(*r) // its processes run again
+		r.State, r.StartedAt, r.StoppedAt, r.LastActivity = store.StateRunning, now, time.Time{}, now
+		r.Deadline = deadline
+		return nil
+	})
 }
 
 // Fork makes a running copy of team's sandbox id (within the team's
-// quota) and records it. errors.ErrUnsupported when the runtime cannot
-// fork.
+// quota) and records it: ForkN of one. errors.ErrUnsupported when the
+// runtime cannot fork.
 func (f *Fleet) Fork(ctx context.Context, team, id string) (store.Sandbox, error) {
-	rec, err := f.Get(ctx, team, id)
+	children, err := f.ForkN(ctx, team, id, 1)
 	if err != nil {
-		return rec, err
+		return store.Sandbox{}, err
 	}
-	fk, ok := f.cfg.Runtime.(sandbox.Forker)
-	if !ok {
-		return rec, fmt.Errorf("this server's runtime cannot fork sandboxes: %w", errors.ErrUnsupported)
-	}
-	f.createMu.Lock()
-	defer f.createMu.Unlock()
-	if err := f.admit(ctx, team, rec.Spec); err != nil {
-		return rec, err
-	}
-	sess, err := fk.Fork(ctx, rec.ID)
-	if err != nil {
-		return rec, sandbox.WrapIDf(rec.ID, err, "forking sandbox %s", rec.ID)
-	}
-	now := f.cfg.Now()
-	child := rec
-	child.ID, child.State, child.CreatedAt, child.StartedAt, child.StoppedAt, child.LastActivity = sess.ID(), store.StateRunning, now, now, time.Time{}, now
-	// The child gets the user's labels and the team, not the front
-	// doors' own: those are per-sandbox marks and tokens (E2B's envd and
-	// traffic tokens), and a copy would let the parent's token open the
-	// child. A front door gives the child its own when it is reached.
-	child.Spec.Labels = UserLabels(rec.Spec.Labels)
-	if child.Spec.Labels == nil {
-		child.Spec.Labels = map[string]string{}
-	}
-	child.Spec.Labels[teamLabel] = rec.Spec.Labels[teamLabel]
-	child.Deadline = now.Add(rec.Spec.TTL)
-	if err := f.cfg.Store.PutSandbox(ctx, child); err != nil {
-		f.cfg.Runtime.Delete(ctx, sess.ID())
-		return rec, err
-	}
-	return child, nil
+	return children[0], nil
 }
 
 // SetTTL makes team's sandbox id end ttlSeconds from now, sooner or
@@ -402,7 +397,7 @@ func (f *Fleet) Extend(ctx context.Context, team, id string, ttl time.Duration, 
 func (f *Fleet) setDeadline(ctx context.Context, rec *store.Sandbox, t time.Time) error {
 	if rec.State == store.StateRunning {
 		if d, ok := f.cfg.Runtime.(sandbox.Deadliner); ok {
-			if err := d.SetDeadline(ctx, rec.ID, t); err != nil {
+			if err := d.SetDeadline(ctx, rec.ID, t.Add(f.expireGrace(*rec))); err != nil {
 				return sandbox.WrapIDf(rec.ID, err, "setting the TTL of sandbox %s", rec.ID)
 			}
 		}
@@ -432,28 +427,29 @@ func (f *Fleet) SetOwnLabels(ctx context.Context, team, id string, change func(l
 	return rec, err
 }
 
-// update changes a record read afresh and writes it, under createMu as
-// every read-modify-write of a record is (the lifecycle loop's too); rec
-// becomes what was written.
-// A change that fails writes nothing.
+// update changes a record read afresh and writes it, in one transaction
+// of the store (store.UpdateSandbox) as every read-modify-write of a
+// record is (the lifecycle loop's too), so no peer's write between the
+// read and the write is lost and a deleted record is not put back; rec
+// becomes what was written. change must do no I/O and may run more than
+// once. A change that fails writes nothing and its error is returned;
+// errUnchanged from it is a change that found nothing to do.
 func (f *Fleet) update(ctx context.Context, rec *store.Sandbox, change func(*store.Sandbox) error) error {
-	f.createMu.Lock()
-	defer f.createMu.Unlock()
-	fresh, err := f.cfg.Store.GetSandbox(ctx, "", rec.ID)
+	fresh, err := f.cfg.Store.UpdateSandbox(ctx, "", rec.ID, func(r *store.Sandbox) error {
+		// change may set labels: on a copy, as a store may share its map.
+		r.Spec.Labels = maps.Clone(r.Spec.Labels)
+		if r.Spec.Labels == nil {
+			r.Spec.Labels = map[string]string{}
+		}
+		return change(r)
+	})
 	if err != nil {
 		return err
-	}
-	// change may set labels: on a copy, as a store may share its map.
-	fresh.Spec.Labels = maps.Clone(fresh.Spec.Labels)
-	if fresh.Spec.Labels == nil {
-		fresh.Spec.Labels = map[string]string{}
-	}
-	if err := change(&fresh); err != nil {
-		return err
-	}
-	if err := f.cfg.Store.PutSandbox(ctx, fresh); err != nil {
-		return sandbox.WrapIDf(rec.ID, err, "recording sandbox %s", rec.ID)
 	}
 	*rec = fresh
 	return nil
 }
+
+// errUnchanged is what a change given to update returns when the record
+// read afresh needs no write (a peer got there first).
+var errUnchanged = errors.New("the record needs no change")

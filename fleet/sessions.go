@@ -49,8 +49,16 @@ func (f *Fleet) Open(ctx context.Context, team, id string) (sandbox.Session, err
 	if err != nil {
 		return nil, err
 	}
-	if err := f.resume(ctx, team, &rec, rec.Spec.TTL); err != nil {
-		return nil, err
+	if rec.State != store.StateRunning {
+		unlock, err := f.lockOp(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		err = f.resume(ctx, team, &rec, rec.Spec.TTL)
+		unlock()
+		if err != nil {
+			return nil, err
+		}
 	}
 	f.Touch(rec.ID)
 	return f.LiveSession(ctx, rec)

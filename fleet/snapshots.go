@@ -5,41 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/blobdir"
 )
 
-// Workspace snapshots. A snapshot is the workspace's tar, kept as a file
-// under DataDir/snapshots/<team>/<id>.tar and recorded in the store; the
-// record is written only once the file is complete, so what is listed is
-// always whole. Every replica over one store must share DataDir.
+// Workspace snapshots. A snapshot is the workspace's tar, kept as the
+// blob "snapshots/<team>/<id>.tar" (Config.Blobs) and recorded in the
+// store; the record is written only once the blob is whole, so what is
+// listed is always whole.
 
-// snapshotDir is the directory of a team's snapshot files.
-func (f *Fleet) snapshotDir(team string) (string, error) {
-	// Team ids are checked when teams are made; this only makes sure one
-	// can never name a directory elsewhere.
-	if team == "" || team == "." || team == ".." || strings.ContainsAny(team, `/\`+"\x00") {
-		return "", fmt.Errorf("team id %q cannot name a directory", team)
-	}
-	return filepath.Join(f.cfg.DataDir, "snapshots", team), nil
-}
-
-func (f *Fleet) snapshotFile(sn store.Snapshot) (string, error) {
-	dir, err := f.snapshotDir(sn.TeamID)
-	if err != nil {
-		return "", err
-	}
-	if strings.ContainsAny(sn.ID, `/\`+"\x00") || strings.HasPrefix(sn.ID, ".") {
-		return "", fmt.Errorf("snapshot id %q cannot name a file", sn.ID)
-	}
-	return filepath.Join(dir, sn.ID+".tar"), nil
+// snapshotBlob is the name of a snapshot's tar among the blobs.
+func snapshotBlob(sn store.Snapshot) string {
+	return "snapshots/" + sn.TeamID + "/" + sn.ID + ".tar"
 }
 
 // Snapshot saves the workspace of team's running sandbox id.
@@ -50,21 +31,35 @@ func (f *Fleet) Snapshot(ctx context.Context, team, id string) (store.Snapshot, 
 	}
 	defer f.Begin(rec.ID)()
 	sn := store.Snapshot{ID: NewID("snap-"), TeamID: team, SandboxID: rec.ID}
-	file, err := f.snapshotFile(sn)
-	if err != nil {
-		return sn, err
-	}
-	size, err := writeAtomic(file, func(w io.Writer) error { return sess.SnapshotWorkspace(ctx, w) })
+	size, err := f.putBlob(ctx, snapshotBlob(sn), func(w io.Writer) error { return sess.SnapshotWorkspace(ctx, w) })
 	if err != nil {
 		return sn, sandbox.WrapIDf(rec.ID, err, "snapshotting sandbox %s", rec.ID)
 	}
 	sn.Size, sn.CreatedAt = size, f.cfg.Now()
 	if err := f.cfg.Store.PutSnapshot(context.WithoutCancel(ctx), sn); err != nil {
-		os.Remove(file)
+		f.cfg.Blobs.DeleteBlob(context.WithoutCancel(ctx), snapshotBlob(sn))
 		return sn, fmt.Errorf("recording snapshot %s: %w", sn.ID, err)
 	}
-	SweepTemps(filepath.Dir(file), time.Now())
 	return sn, nil
+}
+
+// putBlob stores what write writes as the blob name: write's error,
+// when it fails, is the error (not the store's complaint of a cut
+// stream).
+func (f *Fleet) putBlob(ctx context.Context, name string, write func(io.Writer) error) (int64, error) {
+	pr, pw := io.Pipe()
+	werr := make(chan error, 1)
+	go func() {
+		err := write(pw)
+		pw.CloseWithError(err)
+		werr <- err
+	}()
+	n, err := f.cfg.Blobs.PutBlob(ctx, name, pr)
+	pr.CloseWithError(errors.New("the blob store stopped reading"))
+	if wErr := <-werr; wErr != nil {
+		return 0, wErr
+	}
+	return n, err
 }
 
 // Snapshots lists team's snapshots.
@@ -81,22 +76,21 @@ func (f *Fleet) GetSnapshot(ctx context.Context, team, sid string) (store.Snapsh
 	return sn, nil
 }
 
-// OpenSnapshot opens the tar of team's snapshot sid. A record whose file
+// OpenSnapshot opens the tar of team's snapshot sid. A record whose tar
 // is gone is the server's fault, not the caller's (a plain error).
-func (f *Fleet) OpenSnapshot(ctx context.Context, team, sid string) (store.Snapshot, *os.File, error) {
+func (f *Fleet) OpenSnapshot(ctx context.Context, team, sid string) (store.Snapshot, store.Blob, error) {
 	sn, err := f.GetSnapshot(ctx, team, sid)
 	if err != nil {
 		return sn, nil, err
 	}
-	name, err := f.snapshotFile(sn)
+	b, err := f.cfg.Blobs.OpenBlob(ctx, snapshotBlob(sn))
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sn, nil, fmt.Errorf("snapshot %s is recorded but its tar is missing", sn.ID)
+	}
 	if err != nil {
-		return sn, nil, err
+		return sn, nil, fmt.Errorf("opening snapshot %s: %w", sn.ID, err)
 	}
-	file, err := os.Open(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return sn, nil, fmt.Errorf("snapshot %s is recorded but its file %s is missing", sn.ID, name)
-	}
-	return sn, file, err
+	return sn, b, nil
 }
 
 // Restore makes a sandbox for team (req as for Create, without a
@@ -138,74 +132,12 @@ func (f *Fleet) DeleteSnapshot(ctx context.Context, team, sid string) error {
 	if err := f.cfg.Store.DeleteSnapshot(ctx, team, sn.ID); err != nil {
 		return err
 	}
-	if name, err := f.snapshotFile(sn); err == nil {
-		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			f.log.Warn("removing a deleted snapshot's file", "snapshot", sn.ID, "err", err)
-		}
+	if err := f.cfg.Blobs.DeleteBlob(ctx, snapshotBlob(sn)); err != nil {
+		f.log.Warn("removing a deleted snapshot's tar", "snapshot", sn.ID, "err", err)
 	}
 	return nil
 }
 
-// writeAtomic writes a file through a temp file in its directory, synced
-// and renamed into place, so the name holds a whole file or nothing. It
-// returns the size.
-func writeAtomic(name string, write func(io.Writer) error) (n int64, err error) {
-	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(name)+"-*")
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := write(f); err != nil {
-		return 0, err
-	}
-	if err := f.Sync(); err != nil {
-		return 0, err
-	}
-	// The file is new, so its size is what write wrote.
-	info, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	if err := f.Close(); err != nil {
-		return 0, err
-	}
-	if err := os.Rename(f.Name(), name); err != nil {
-		return 0, err
-	}
-	// The rename itself must survive a crash before the record is made.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return info.Size(), nil
-}
-
-// staleTemp is how old a temp file must be before SweepTemps removes it:
-// older than any write still going on.
-const staleTemp = 24 * time.Hour
-
 // SweepTemps removes temp files (".tmp-*") left in dir by writes a crash
-// cut short: snapshots here, uploads the front doors spool.
-func SweepTemps(dir string, now time.Time) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), ".tmp-") {
-			continue
-		}
-		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > staleTemp {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-}
+// cut short (store/blobdir's): uploads the front doors spool.
+func SweepTemps(dir string, now time.Time) { blobdir.SweepTemps(dir, now) }

@@ -164,7 +164,8 @@ func (f *Fleet) specFor(req api.CreateSandbox, team string) (sandbox.Spec, store
 	}
 	spec := sandbox.Spec{
 		Template: req.Template, Root: req.Root, User: req.User, Env: maps.Clone(req.Env), Labels: labels, TTL: ttl,
-		Limits: sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes, Pids: preset.Pids},
+		Isolation: req.Isolation,
+		Limits:    sandbox.Limits{CPUs: preset.CPUs, MemoryBytes: preset.MemoryBytes, DiskBytes: preset.DiskBytes, Pids: preset.Pids},
 	}
 	if spec.Network, err = networkOf(req.Network); err != nil {
 		return sandbox.Spec{}, rec, nil, err

@@ -15,6 +15,9 @@ import (
 // could not be read (the detail goes to the log).
 func (f *Fleet) Templates(ctx context.Context) (api.TemplateList, error) {
 	out := api.TemplateList{Templates: []api.Template{}}
+	if il, ok := f.cfg.Runtime.(sandbox.IsolationLister); ok {
+		out.Isolations = il.Isolations()
+	}
 	tl, ok := f.cfg.Runtime.(sandbox.TemplateLister)
 	if !ok {
 		return out, nil

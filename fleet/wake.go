@@ -13,8 +13,8 @@ import (
 // finds it stopped; many may at once. The sandbox's lock (sandboxLocks)
 // makes them one resume, and keeps the lifecycle loop's stop at a
 // deadline from interleaving with it: read, stop and resume of one
-// sandbox are one step each. Like createMu, the locks are this
-// process's (see the package doc on replicas).
+// sandbox are one step each. The lock is this process's, and with
+// replicas the store's too ("op/<id>", lockOp in replicas.go).
 
 // Due reports whether a running sandbox's deadline has passed and it is
 // to be stopped then: the runtime stops it at its deadline and the
@@ -30,7 +30,11 @@ func (f *Fleet) Due(rec store.Sandbox) bool {
 // whether this call started it. A running one, or one another call
 // resumed meanwhile, is returned as it is, its deadline untouched.
 func (f *Fleet) Wake(ctx context.Context, team, id string, ttl time.Duration) (rec store.Sandbox, resumed bool, err error) {
-	defer f.ops.lock(id)()
+	unlock, err := f.lockOp(ctx, id)
+	if err != nil {
+		return rec, false, err
+	}
+	defer unlock()
 	rec, err = f.getSettled(ctx, team, id)
 	if err != nil || rec.State == store.StateRunning {
 		return rec, false, err
@@ -48,7 +52,7 @@ func (f *Fleet) getSettled(ctx context.Context, team, id string) (store.Sandbox,
 	if err != nil || !f.Due(rec) {
 		return rec, err
 	}
-	err = f.stop(ctx, &rec, false)
+	err = f.settle(ctx, &rec)
 	return rec, err
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/cove-sandbox/cove/guest/gen/filesystem/filesystemconnect"
 	"github.com/cove-sandbox/cove/guest/gen/process/processconnect"
@@ -66,6 +67,18 @@ type ClientOptions struct {
 	// DialRetry is how long a refused connection is retried; 0 means 3s.
 	// Only for a daemon reached directly.
 	DialRetry time.Duration
+	// NoFollow dials a unix socket only if its path's last component is
+	// the socket itself, not a symlink: for a socket in a directory the
+	// sandbox can write (a gVisor sandbox's daemon makes its socket
+	// there), which could otherwise lead the client to any socket of
+	// the host's.
+	NoFollow bool
+	// Dial, when set, opens each connection to a daemon reached directly
+	// over TCP (http://host:port) instead of dialing host:port: for a
+	// daemon whose address moves (a pod gets a new one each time it
+	// starts), found anew at every dial. A refused connection is retried
+	// as a dial of host:port would be.
+	Dial func(ctx context.Context) (net.Conn, error)
 
 	// Header is added to every request: a proxy's credentials (the Cove
 	// server takes its API key in X-API-Key; Authorization is envd's, it
@@ -124,11 +137,17 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 		return nil, fmt.Errorf("guest address %q: want unix:///path, http://host:port or the URL of a proxy: %w", addr, sandbox.ErrInvalid)
 	}
 	var d net.Dialer
+	dial := func(ctx context.Context) (net.Conn, error) {
+		return dialSocket(ctx, &d, network, address, opts.NoFollow)
+	}
+	if opts.Dial != nil && network == "tcp" {
+		dial = opts.Dial
+	}
 	c.dial = func(ctx context.Context) (net.Conn, error) {
 		deadline := time.Now().Add(opts.DialRetry)
 		backoff := 5 * time.Millisecond
 		for {
-			conn, err := d.DialContext(ctx, network, address)
+			conn, err := dial(ctx)
 			if err == nil {
 				return conn, nil
 			}
@@ -259,6 +278,23 @@ type Endpointer interface {
 	// its access token; "" when the daemon is behind a proxy (its
 	// credentials are not the daemon's).
 	Endpoint() (addr, token string)
+}
+
+// DaemonDialer is an Endpointer that dials its daemon its own way: a
+// socket opened without following links (the gVisor tier), a pod found
+// by its runtime (ClientOptions.Dial). A proxy to the daemon must dial
+// with it, not the address.
+type DaemonDialer interface {
+	DialDaemon(ctx context.Context) (net.Conn, error)
+}
+
+// DialDaemon implements DaemonDialer: a connection made as the client
+// makes its own (a refused dial retried for DialRetry).
+func (c *Client) DialDaemon(ctx context.Context) (net.Conn, error) {
+	if c.proxied {
+		return nil, fmt.Errorf("the daemon is behind a proxy: %w", sandbox.ErrUnavailable)
+	}
+	return c.dial(ctx)
 }
 
 // Endpoint implements Endpointer.
@@ -417,4 +453,28 @@ func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// dialSocket dials address; with noFollow, a unix socket's path is opened
+// first without following a final symlink, checked to be a socket, and
+// connected to through that open file.
+func dialSocket(ctx context.Context, d *net.Dialer, network, address string, noFollow bool) (net.Conn, error) {
+	if !noFollow || network != "unix" {
+		return d.DialContext(ctx, network, address)
+	}
+	fd, err := unix.Open(address, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		// A symlink (O_PATH|O_NOFOLLOW opens the link itself) or a file
+		// planted in the socket's place.
+		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+	}
+	return d.DialContext(ctx, network, fmt.Sprintf("/proc/self/fd/%d", fd))
 }

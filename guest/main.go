@@ -2,6 +2,7 @@ package guest
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,13 @@ const DefaultTCPPort = 49983
 // TokenEnv carries the access token to the daemon without putting it on
 // its command line, where any process could read it.
 const TokenEnv = "COVE_GUEST_TOKEN"
+
+// EnvEnv carries more of every process's environment, as a JSON object of
+// names to values, added after --env: a runtime that starts the daemon
+// from a spec it cannot put on a command line (the kube runtime takes it
+// from a Secret) sets it. Like TokenEnv it is removed from the daemon's
+// own environment once read.
+const EnvEnv = "COVE_GUEST_ENV"
 
 // Main runs the daemon as a command: `cove guest [flags]`. It serves until
 // SIGTERM or SIGINT (or ctx ends), then kills the processes it started.
@@ -44,6 +52,16 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("--env %q: want KEY=VALUE", kv)
 		}
 		env[k] = v
+	}
+	if v, ok := os.LookupEnv(EnvEnv); ok {
+		os.Unsetenv(EnvEnv)
+		var more map[string]string
+		if err := json.Unmarshal([]byte(v), &more); err != nil {
+			return fmt.Errorf("$%s: want a JSON object of names to string values: %w", EnvEnv, err)
+		}
+		for k, v := range more {
+			env[k] = v
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	token := os.Getenv(TokenEnv)

@@ -170,6 +170,15 @@ func (s *Server) Handler() http.Handler {
 // Serve serves the daemon on l until ctx ends, then closes running
 // processes' streams and returns.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	return s.ServeGrace(ctx, l, 2*time.Second)
+}
+
+// ServeGrace is Serve, with grace as how long requests in flight may
+// finish once ctx is done; then every connection is closed, streams
+// included (their processes keep running, their output buffered for the
+// next attach). A grace of 0 closes them at once: a gVisor sandbox's
+// daemon drops its host connections so the sandbox can be checkpointed.
+func (s *Server) ServeGrace(ctx context.Context, l net.Listener, grace time.Duration) error {
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -179,14 +188,21 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	// connection; HTTP/1.1 stays available for plain clients.
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
+	tl := &trackedListener{Listener: l, conns: map[*trackedConn]struct{}{}}
+	closed := make(chan struct{})
 	go func() {
+		defer close(closed)
 		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 		defer cancel()
-		hs.Shutdown(shutdown)
+		if hs.Shutdown(shutdown) != nil {
+			hs.Close()
+		}
+		tl.closeAll() // tunnels, which the server no longer tracks once hijacked
 	}()
-	err := hs.Serve(l)
+	err := hs.Serve(tl)
 	if err == http.ErrServerClosed {
+		<-closed // every connection is closed
 		return nil
 	}
 	return err
@@ -310,4 +326,57 @@ func (s *Server) envVars(w http.ResponseWriter, r *http.Request) {
 	s.envMu.RUnlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
+}
+
+// trackedListener keeps every connection it accepted until it closes, so
+// that ServeGrace can close them all: http.Server forgets a connection
+// it hands to a handler (a tunnel).
+type trackedListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+func (l *trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[tc] = struct{}{}
+	l.mu.Unlock()
+	return tc, nil
+}
+
+func (l *trackedListener) closeAll() {
+	l.mu.Lock()
+	conns := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l *trackedListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the connection where it can (a tunnel's end).
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }

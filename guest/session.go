@@ -442,6 +442,9 @@ var _ Endpointer = (*Session)(nil)
 // session's daemon.
 func (s *Session) Endpoint() (addr, token string) { return s.c.Endpoint() }
 
+// DialDaemon implements DaemonDialer.
+func (s *Session) DialDaemon(ctx context.Context) (net.Conn, error) { return s.c.DialDaemon(ctx) }
+
 func fileInfo(e *fspb.EntryInfo) sandbox.FileInfo {
 	fi := sandbox.FileInfo{
 		Name: e.GetName(), Path: e.GetPath(), Size: e.GetSize(), Mode: e.GetMode() & 0o7777,

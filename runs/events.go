@@ -2,9 +2,11 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
 
@@ -71,6 +73,28 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 		}
 		b := Batch{Changed: lr.changed, Working: lr.running, Deleted: lr.deleted}
 		lr.mu.Unlock()
+		if f.s.cfg.Lease != nil && !b.Working && !b.Deleted {
+			// A peer may work on it: read it afresh, and again soon.
+			if err := f.s.refresh(ctx, lr); err != nil {
+				if errors.Is(err, sandbox.ErrNotFound) {
+					return Batch{Deleted: true}, nil
+				}
+				return Batch{}, err
+			}
+			if lr.remote() {
+				b.Working, b.Changed = true, pollChanged(remotePoll, nil)
+			} else {
+				// A peer may start a segment of it: a follower looks
+				// again every idlePoll, or at once when it starts here.
+				b.Changed = pollChanged(idlePoll, b.Changed)
+			}
+			lr.mu.Lock()
+			first = lr.rec.LastEventID + 1
+			if len(lr.pending) > 0 {
+				first = lr.pending[0].Seq
+			}
+			lr.mu.Unlock()
+		}
 		if b.Deleted {
 			return b, nil
 		}

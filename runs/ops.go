@@ -334,6 +334,12 @@ func (s *Service) Cancel(ctx context.Context, team, id string) (api.Run, error) 
 		if err != nil {
 			return api.Run{}, err
 		}
+	case s.cfg.Lease != nil && status == api.RunRunning:
+		err := s.cancelRemote(ctx, lr) // a peer works on it
+		lr.op.Unlock()
+		if err != nil {
+			return api.Run{}, err
+		}
 	default:
 		lr.op.Unlock()
 		return api.Run{}, fmt.Errorf("run %s is %s: nothing to cancel: %w", lr.id, status, sandbox.ErrState)

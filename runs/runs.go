@@ -31,6 +31,7 @@ import (
 	"github.com/cove-sandbox/cove/agent"
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
+	"github.com/cove-sandbox/cove/fleet/lease"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/store"
 )
@@ -104,6 +105,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests move it).
 	Now func() time.Time
+	// Lease, when set, is shared by every process over this store: each
+	// run is worked on by the one holding its lease (replicas.go). Nil:
+	// this process is the only one. Holder names this process in it
+	// (lease.Holder() unless set); LeaseTTL is how long a run's lease
+	// outlives a process that stopped renewing it (lease.DefaultTTL).
+	Lease    store.Leaser
+	Holder   string
+	LeaseTTL time.Duration
 }
 
 // Events the service adds to the harness's own in a run's log.
@@ -163,9 +172,9 @@ var (
 //
 // A run in memory holds the truth of its record until the store catches
 // up (each checkpoint, each flushInterval), and Start takes over every
-// run the store says is running: the service assumes it is the only one
-// working on its store's runs. Two services sharing a store need a lease
-// per run in the store first (not done yet).
+// run the store says is running: without Config.Lease the service
+// assumes it is the only one working on its store's runs; with it,
+// services sharing a store work each run in one of them (replicas.go).
 type Service struct {
 	cfg    Config
 	log    *slog.Logger
@@ -196,6 +205,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Redact == nil {
 		cfg.Redact = func(text string) string { return text }
 	}
+	if cfg.Holder == "" {
+		cfg.Holder = lease.Holder()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = lease.DefaultTTL
+	}
 	out := cfg.Egress
 	if out == nil {
 		var err error
@@ -207,7 +222,9 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Start goes on with the runs a previous server left working, then
-// writes run events to the store every flushInterval until Close.
+// writes run events to the store every flushInterval until Close. With
+// Config.Lease it also renews the leases of the runs it works on every
+// LeaseTTL/3, and looks for runs whose worker died every LeaseTTL.
 func (s *Service) Start() {
 	s.recoverRuns(context.Background())
 	s.loop.Add(1)
@@ -215,12 +232,23 @@ func (s *Service) Start() {
 		defer s.loop.Done()
 		t := time.NewTicker(flushInterval)
 		defer t.Stop()
+		renew := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer renew.Stop()
+		if s.cfg.Lease == nil {
+			renew.Stop()
+		}
+		rounds := 0
 		for {
 			select {
 			case <-s.done:
 				return
 			case <-t.C:
 				s.flushRuns(context.Background())
+			case <-renew.C:
+				s.renewRuns(context.Background())
+				if rounds++; rounds%3 == 0 {
+					s.recoverRuns(context.Background())
+				}
 			}
 		}
 	}()
@@ -317,6 +345,10 @@ func (s *Service) acquire(ctx context.Context, team, id string) (*liveRun, error
 		lr.subs++
 		lr.mu.Unlock()
 		h.mu.Unlock()
+		if err := s.refresh(ctx, lr); err != nil {
+			s.release(lr)
+			return nil, err
+		}
 		return lr, nil
 	}
 	h.mu.Unlock()

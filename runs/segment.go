@@ -46,6 +46,13 @@ func (s *Service) launch(lr *liveRun, text string, do segment) error {
 	if !h.add() {
 		return fmt.Errorf("%w: retry on the restarted server", errShutdown)
 	}
+	if ok, err := s.claim(h.ctx, lr.id); err != nil || !ok {
+		h.wg.Done()
+		if err == nil {
+			err = fmt.Errorf("run %s is working on another replica of the server: wait for it to finish (or cancel it): %w", lr.id, sandbox.ErrState)
+		}
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(h.ctx)
 	lr.mu.Lock()
 	lr.running, lr.cancel, lr.done = true, cancel, make(chan struct{})
@@ -130,9 +137,21 @@ func (s *Service) finish(ctx context.Context, lr *liveRun, res *agent.Result, er
 	bg := context.WithoutCancel(ctx)
 	lr.op.Lock()
 	defer lr.op.Unlock()
+	if errors.Is(cause, errLeaseLost) {
+		// A peer may work on it now: nothing more of this segment is
+		// written, and the peer goes on from the last checkpoint.
+		lr.mu.Lock()
+		lr.pending = nil
+		lr.mu.Unlock()
+		lr.stopped()
+		return
+	}
+	// The lease goes once the record is saved, so that a peer taking the
+	// run over reads it as this segment left it.
+	defer s.unclaim(lr.id)
 	if errors.Is(cause, errShutdown) {
-		// Left "running" with its last checkpoint: the next server goes
-		// on from there.
+		// Left "running" with its last checkpoint: the next server (or a
+		// replica, at once) goes on from there.
 		lr.emit(runEvent{Event: agent.Event{Type: EventRunStatus, Text: "the server is shutting down; the run goes on from its last turn when it starts again"}, Status: api.RunRunning})
 		lr.stopped()
 		if err := s.save(bg, lr); err != nil {
@@ -251,11 +270,28 @@ func (s *Service) recoverRun(rec store.Run) {
 	if running {
 		return
 	}
+	// With replicas: only a run whose worker is gone (its lease free),
+	// as the store has it now.
+	if ok, err := s.claim(context.Background(), rec.ID); err != nil || !ok {
+		return
+	}
+	if err := s.refresh(context.Background(), lr); err != nil {
+		s.unclaim(rec.ID)
+		return
+	}
+	lr.mu.Lock()
+	rec = lr.rec
+	lr.mu.Unlock()
+	if rec.Status != api.RunRunning { // finished meanwhile
+		s.unclaim(rec.ID)
+		return
+	}
 	st, err := agent.ParseRunState(rec.State)
 	if len(rec.State) == 0 || err != nil {
 		if err := s.end(context.Background(), lr, api.RunFailed, "the server restarted before the run's first turn was saved; send a message to start again"); err != nil {
 			s.log.Error("saving a run that could not be recovered", "run", rec.ID, "err", err)
 		}
+		s.unclaim(rec.ID)
 		return
 	}
 	st.Abandon("the server restarted while it ran")
@@ -266,5 +302,6 @@ func (s *Service) recoverRun(rec store.Run) {
 	s.log.Info("resuming run after restart", "run", rec.ID, "turn", st.Turn)
 	if err := s.launch(lr, text, goOn(st, "")); err != nil {
 		s.log.Error("resuming run", "run", rec.ID, "err", err)
+		s.unclaim(rec.ID)
 	}
 }

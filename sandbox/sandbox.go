@@ -98,7 +98,21 @@ type Spec struct {
 	TTL time.Duration `json:"ttl,omitempty"`
 	// Labels are caller metadata, stored and returned as is.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Isolation is the wall between the sandbox and the host: "native"
+	// (the default, also "") or "gvisor". A runtime refuses a tier it
+	// does not have with ErrUnavailable.
+	Isolation string `json:"isolation,omitempty"`
 }
+
+// The isolation tiers (Spec.Isolation).
+const (
+	// IsolationNative: the host's kernel, behind namespaces, cgroups,
+	// seccomp, Landlock and dropped capabilities.
+	IsolationNative = "native"
+	// IsolationGVisor: gVisor's user-space kernel (runsc) between the
+	// sandbox's programs and the host's kernel, which they never call.
+	IsolationGVisor = "gvisor"
+)
 
 // DefaultRoot is the workspace root when a Spec or manifest names none.
 const DefaultRoot = "/workspace"
@@ -112,6 +126,9 @@ type Info struct {
 	// Deadline is when the TTL stops the sandbox; zero when it has none
 	// or its clock has not started (the TTL counts from the first start).
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Paused says a stopped sandbox kept its memory (Pauser): Resume
+	// brings back its processes as they were.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Runtime creates and manages sandboxes. Implementations must be safe for
@@ -382,6 +399,34 @@ type Forker interface {
 	Fork(ctx context.Context, id string) (Session, error)
 }
 
+// Pauser is a Runtime that can stop a sandbox with its memory: every
+// process, its memory and open files are kept beside the disk, and
+// Resume brings them back running where they were (a REPL keeps its
+// variables, a server its port). Only some tiers can (gVisor);
+// ErrUnavailable says the sandbox's cannot, and Stop is what remains.
+type Pauser interface {
+	// Pause stops running sandbox id keeping its memory; its Info then
+	// has State stopped and Paused set. ErrState if it is not running,
+	// ErrNotFound if unknown.
+	Pause(ctx context.Context, id string) error
+}
+
+// IsolationLister is a Runtime that says which isolation tiers it can
+// give a sandbox now (a host without runsc has no gvisor tier).
+type IsolationLister interface {
+	// Isolations lists the tiers Create accepts, IsolationNative first.
+	Isolations() []string
+}
+
+// MemoryForker is a Forker whose copies of a running sandbox can start
+// with its processes and memory too, as Pause and Resume would keep them.
+type MemoryForker interface {
+	// ForkMemory copies running sandbox id, its disk and its memory,
+	// into n new running sandboxes (the source is checkpointed once and
+	// keeps running). ErrUnavailable if the sandbox's tier cannot.
+	ForkMemory(ctx context.Context, id string, n int) ([]Session, error)
+}
+
 // Deadliner is a Runtime whose sandboxes' TTL can be moved after
 // creation; the runtime enforces it even when nothing else runs.
 type Deadliner interface {
@@ -429,6 +474,11 @@ func (s *Spec) Normalize() error {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return fmt.Errorf("environment variable name %q is not valid: names are non-empty and hold no '=' or NUL: %w", k, ErrInvalid)
 		}
+	}
+	switch s.Isolation {
+	case "", IsolationNative, IsolationGVisor:
+	default:
+		return fmt.Errorf("isolation %q: want %q (the default) or %q: %w", s.Isolation, IsolationNative, IsolationGVisor, ErrInvalid)
 	}
 	l := s.Limits
 	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < NoPidsLimit || l.DiskBytes < 0 || s.TTL < 0 {

@@ -34,6 +34,11 @@ have mmdebstrap || have debootstrap || need+=(mmdebstrap)
 # template (the host's /usr) that file must exist (sandbox/local/pid1/
 # sudo.go), or sandboxes there, E2B's included, have no sudo.
 [ -e /usr/bin/sudo ] || need+=(sudo)
+# PostgreSQL, for cove serve --store postgres://... (a user may run it on
+# this machine) and for the PostgreSQL store's tests, which start their own
+# servers in temporary directories (store/postgres/pgtest).
+pg_installed() { compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
+pg_installed || need+=(postgresql)
 
 if [ "$mode" = test ]; then
 	# Tests use pkill (procps) and dpkg-deb (dpkg), and build templates
@@ -45,17 +50,38 @@ if [ "$mode" = test ]; then
 	# The agent's end-to-end test runs pytest inside a sandbox on the host
 	# template, which sees the host's /usr.
 	/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3 python3-pytest)
+	# The tiers' toolchain test (sandbox/local) builds a C program, pip
+	# installs a package and runs git inside both tiers, over the host's
+	# /usr; the race detector needs gcc too.
+	have gcc || need+=(gcc libc6-dev)
+	/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+	have git || need+=(git)
 	# The MCP adapter's tests run a real npm MCP server with node; the E2B
 	# and Agents SDK tests run the SDKs with node.
 	have node || need+=(nodejs)
 	have npm || need+=(npm)
 	# The web UI's browser tests drive Debian's chromium headless (server).
 	[ -x /usr/bin/chromium ] || need+=(chromium)
+	# The kube runtime's test cluster (sandbox/kube/kubetest): Debian's
+	# etcd, containerd and runc, the CNI bridge and host-local plugins,
+	# and a static busybox for the pause image and the test images.
+	have etcd || need+=(etcd-server)
+	have containerd || need+=(containerd)
+	have runc || need+=(runc)
+	[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+	dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 fi
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
 		exit 1
+	fi
+	# Debian's package would make and start a system cluster on port 5432;
+	# nothing here needs it (a user makes their own, the tests theirs), so
+	# none is made.
+	if [[ " ${need[*]} " == *" postgresql "* ]]; then
+		mkdir -p /etc/postgresql-common/createcluster.d
+		echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.d/cove-no-main-cluster.conf
 	fi
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
@@ -67,7 +93,75 @@ fi
 command -v go >/dev/null || { echo "deps: Go 1.26 is required (expected at /usr/local/go)" >&2; exit 1; }
 go mod download
 
+# gVisor's runsc, which runs sandboxes created with --isolation gvisor
+# (local.Config.Runsc: runsc on the PATH, else /usr/local/bin/runsc).
+# Built from the gVisor module pinned in tools/runsc, a module of its own
+# so the main module never sees gVisor's dependencies, with CGO_ENABLED=0
+# (a cgo build of runsc fails), into a git-ignored cache named by the
+# version: about 90 s and 100 MB of modules the first time, nothing after
+# until the pin moves. The version is stamped in: runsc --version names it,
+# and runsc restores only checkpoints its own version wrote. Installed as
+# /usr/local/bin/runsc when that differs (a rename: running sandboxes keep
+# the binary they started with).
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# GOWORK=off: a go.work above the checkout must not pull tools/runsc in.
+runsc_version="$(GOWORK=off go -C "$repo/tools/runsc" list -m -f '{{.Version}}' gvisor.dev/gvisor)"
+runsc_cache="$repo/.cache/runsc"
+runsc_bin="$runsc_cache/runsc-$runsc_version"
+if [ ! -x "$runsc_bin" ]; then
+	echo "deps: building gVisor's runsc $runsc_version (about 90 s the first time)" >&2
+	mkdir -p "$runsc_cache"
+	rm -f "$runsc_cache"/runsc-*
+	GOWORK=off CGO_ENABLED=0 go -C "$repo/tools/runsc" build -trimpath -buildvcs=false \
+		-ldflags "-X gvisor.dev/gvisor/runsc/version.version=$runsc_version" \
+		-o "$runsc_bin.tmp" gvisor.dev/gvisor/runsc
+	mv "$runsc_bin.tmp" "$runsc_bin"
+fi
+if ! cmp -s "$runsc_bin" /usr/local/bin/runsc; then
+	if [ -w /usr/local/bin ]; then
+		tmp="$(mktemp /usr/local/bin/.runsc.XXXXXX)"
+		install -m 0755 "$runsc_bin" "$tmp"
+		mv -f "$tmp" /usr/local/bin/runsc
+	else
+		echo "deps: runsc is built at $runsc_bin; as root, install it as /usr/local/bin/runsc for --isolation gvisor" >&2
+	fi
+fi
+
 [ "$mode" = test ] || exit 0
+
+# Kubernetes for the kube runtime's test cluster (sandbox/kube/kubetest):
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+# kubectl built from the k8s.io/kubernetes release pinned in tools/kube (a
+# module of its own; no prebuilt binary can be downloaded here) into a
+# git-ignored cache named by the version, one binary at a time (each link
+# takes a few GB), only those missing: about 15 min of CPU the first time,
+# nothing after until the pin moves. The version is stamped in: kubectl
+# cannot parse an unstamped server's version.
+kube_version="$(GOWORK=off go -C "$repo/tools/kube" list -m -f '{{.Version}}' k8s.io/kubernetes)"
+kube_cache="$repo/.cache/kube/$kube_version"
+kube_major="${kube_version#v}"
+kube_major="${kube_major%%.*}"
+kube_minor="${kube_version#v*.}"
+kube_minor="${kube_minor%%.*}"
+kube_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kube_ldflags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=$kube_major -X $pkg.gitMinor=$kube_minor"
+	kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+kube_missing=()
+for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+	[ -x "$kube_cache/$bin" ] || kube_missing+=("$bin")
+done
+if ((${#kube_missing[@]})); then
+	echo "deps: building Kubernetes $kube_version (${kube_missing[*]}) into $kube_cache: about $((3 * ${#kube_missing[@]})) min of CPU the first time" >&2
+	mkdir -p "$kube_cache"
+	for bin in "${kube_missing[@]}"; do
+		echo "deps: building $bin $kube_version" >&2
+		GOWORK=off CGO_ENABLED=0 go -C "$repo/tools/kube" build -trimpath -buildvcs=false \
+			-ldflags "$kube_ldflags" -o "$kube_cache/$bin.tmp" "k8s.io/kubernetes/cmd/$bin"
+		mv "$kube_cache/$bin.tmp" "$kube_cache/$bin"
+	done
+fi
 
 # The npm MCP server the MCP adapter's tests run (agent/tool/mcp), in a
 # git-ignored directory of the repo. Pinned so the tests see the same

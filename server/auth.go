@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
+	"github.com/cove-sandbox/cove/fleet/lease"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
@@ -124,6 +125,12 @@ func (s *Server) callerOf(r *http.Request, secret string) (c *caller, msg string
 // EnsureAdmin makes the admin team and its first key when the store has
 // no key at all, and returns the secret to show once ("" otherwise).
 func (s *Server) EnsureAdmin(ctx context.Context) (string, error) {
+	// Replicas starting at once on an empty store: one makes the key.
+	unlock, err := lease.Lock(ctx, s.cfg.Lease, "cove/admin", s.cfg.Holder, 0, s.log)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	keys, err := s.cfg.Store.ListKeys(ctx, "")
 	if err != nil {
 		return "", err
@@ -316,7 +323,13 @@ type cachedKey struct {
 // keyByHash is the store's KeyByHash with a short cache in front: every
 // request authenticates, and the lookup was a good part of an exec's
 // time through the API.
+//
+// With replicas (Config.Lease) nothing is cached: a peer's revocation
+// must end the key here at once, and only the store hears of it.
 func (s *Server) keyByHash(ctx context.Context, hash string) (store.APIKey, error) {
+	if s.cfg.Lease != nil {
+		return s.cfg.Store.KeyByHash(ctx, hash)
+	}
 	now := time.Now()
 	s.keyMu.Lock()
 	c, ok := s.keys[hash]

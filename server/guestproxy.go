@@ -52,7 +52,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		s.fail(w, r, fmt.Errorf("sandbox %s is %s; resume it first (POST /v1/sandboxes/{id}/resume): %w", rec.ID, info.State, sandbox.ErrState))
 		return
 	}
-	network, address, token, ok := proxy.DaemonEndpoint(sess)
+	dial, token, ok := proxy.DaemonEndpoint(sess)
 	if !ok {
 		writeError(w, r, http.StatusNotImplemented, api.CodeInvalid,
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot proxy their API")
@@ -64,7 +64,7 @@ func (s *Server) proxyGuest(w http.ResponseWriter, r *http.Request, c *caller) {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
 	id := rec.ID
-	rp := s.proxy.Daemon(id, network, address, token, func(out, in *http.Request) {
+	rp := s.proxy.Daemon(id, dial, token, func(out, in *http.Request) {
 		out.URL.Path, out.URL.RawPath = guestPath(in.URL)
 		out.Header.Del("X-API-Key")
 		if strings.HasPrefix(out.Header.Get("Authorization"), "Bearer ") {

@@ -23,6 +23,8 @@ func (s *Server) sandboxRoutes() {
 	s.handle("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
 	s.handle("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
 	s.handle("POST /v1/sandboxes/{id}/fork", s.forkSandbox)
+	s.handle("POST /v1/sandboxes/{id}/forks", s.forkSandboxes)
+	s.handle("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
 	s.handle("POST /v1/sandboxes/{id}/ttl", s.setTTL)
 }
 
@@ -34,6 +36,7 @@ func (s *Server) view(rec store.Sandbox) api.Sandbox {
 		Root: rec.Spec.Root, User: rec.Spec.User, Labels: fleet.UserLabels(rec.Spec.Labels), Env: rec.Spec.Env,
 		CreatedAt: rec.CreatedAt, StartedAt: rec.StartedAt, OnExpire: rec.OnExpire,
 		IdleTimeoutSeconds: int64(rec.IdleTimeout / time.Second),
+		Isolation:          fleet.Isolation(rec), Paused: fleet.Paused(rec),
 	}
 	if v.Template == "" {
 		v.Template = "host"
@@ -77,10 +80,16 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	// The client leaving must not leave a sandbox half made.
 	ctx := context.WithoutCancel(r.Context())
+	op, replay, err := s.idem.Begin(ctx, r, c.team, "v1", req)
+	if err != nil || replay != "" {
+		s.answerIdempotent(w, r, c, replay, err)
+		return
+	}
 	start := time.Now()
-	rec, _, err := s.fleet.Create(ctx, c.team, req)
+	rec, _, err := s.fleet.CreateLabeled(ctx, c.team, req, op.Labels())
+	err = op.End(ctx, rec.ID, err, func() { s.fleet.Delete(ctx, c.team, rec.ID) })
 	if err != nil {
-		s.fail(w, r, err)
+		s.failIdempotent(w, r, err)
 		return
 	}
 	s.metrics.Created(time.Since(start))
@@ -200,6 +209,54 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request, c *caller) 
 		return
 	}
 	s.answer(w, r, http.StatusCreated, rec, err)
+}
+
+// pauseSandbox stops a running sandbox without its deadline, keeping
+// its memory where its tier can unless the body says keep_memory false.
+// Another team's sandbox is not found whatever the body.
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request, c *caller) {
+	if _, ok := s.record(w, r, c); !ok {
+		return
+	}
+	var req api.Pause
+	if !s.decodeOptional(w, r, &req) {
+		return
+	}
+	mem := fleet.MemoryIfKept
+	if req.KeepMemory != nil {
+		mem = fleet.MemoryDropped
+		if *req.KeepMemory {
+			mem = fleet.MemoryRequired
+		}
+	}
+	rec, err := s.fleet.Pause(context.WithoutCancel(r.Context()), c.team, r.PathValue("id"), mem)
+	s.answer(w, r, http.StatusOK, rec, err)
+}
+
+// forkSandboxes makes count copies of a sandbox and answers with them.
+// Another team's sandbox is not found whatever the body.
+func (s *Server) forkSandboxes(w http.ResponseWriter, r *http.Request, c *caller) {
+	if _, ok := s.record(w, r, c); !ok {
+		return
+	}
+	var req api.Fork
+	if !s.decode(w, r, &req) {
+		return
+	}
+	recs, err := s.fleet.ForkN(context.WithoutCancel(r.Context()), c.team, r.PathValue("id"), req.Count)
+	if errors.Is(err, errors.ErrUnsupported) {
+		writeError(w, r, http.StatusNotImplemented, api.CodeInvalid, "this server's runtime cannot fork sandboxes")
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(recs))}
+	for _, rec := range recs {
+		out.Sandboxes = append(out.Sandboxes, s.view(rec))
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (s *Server) setTTL(w http.ResponseWriter, r *http.Request, c *caller) {

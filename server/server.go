@@ -17,14 +17,17 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
 	"github.com/cove-sandbox/cove/egress"
 	"github.com/cove-sandbox/cove/fleet"
+	"github.com/cove-sandbox/cove/fleet/lease"
 	"github.com/cove-sandbox/cove/runs"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/server/e2b"
+	"github.com/cove-sandbox/cove/server/internal/idempotency"
 	"github.com/cove-sandbox/cove/server/internal/metrics"
 	"github.com/cove-sandbox/cove/server/internal/proxy"
 	"github.com/cove-sandbox/cove/server/internal/web"
@@ -38,7 +41,8 @@ type Config struct {
 	// Start and Close run and stop it.
 	Runtime sandbox.Runtime
 	Store   store.Store
-	// DataDir holds what the store does not: snapshot tars.
+	// DataDir holds what the store does not: snapshot tars when the
+	// store keeps no blobs (SQLite; PostgreSQL keeps them itself).
 	DataDir string
 	// Domain, when set, makes ports reachable as {port}-{id}.{Domain}
 	// (wildcard DNS to this server).
@@ -71,8 +75,10 @@ type Config struct {
 	// Models makes their models (nil: the server runs no agents).
 	Model  ModelConfig
 	Models runs.ModelFactory
-	// SecretKey seals team secrets (32 bytes); nil means the key in
-	// DataDir/secret.key, made on first start.
+	// SecretKey seals team secrets and the web UI's sessions (32 bytes;
+	// ReadSecretKeyFile); nil means the key in DataDir/secret.key, made
+	// on first start. Replicas with data directories of their own share
+	// one, or refuse each other's sessions.
 	SecretKey []byte
 	// OutboundAllow lists the non-public targets the server may connect
 	// to on a tenant's behalf (a run's agent.base_url, webhooks, a
@@ -88,6 +94,13 @@ type Config struct {
 	// AllowUnlimitedPids lets a create ask for none (pids -1).
 	MaxPids            int
 	AllowUnlimitedPids bool
+	// Lease, when set, says several servers share Store (replicas over
+	// one PostgreSQL) and elects among them: one lifecycle loop (fleet),
+	// one worker per agent run (runs), locks on records; and no API key
+	// is cached (a key revoked on a peer stops working at once).
+	// Holder names this server in it (lease.Holder() unless set).
+	Lease  store.Leaser
+	Holder string
 }
 
 // Prices are USD per unit of metered use (fleet's).
@@ -115,12 +128,18 @@ type Server struct {
 	// e2b is the E2B API's front door (server/e2b).
 	proxy *proxy.Proxy
 	e2b   *e2b.API
+	// idem makes creates with an Idempotency-Key safe to retry.
+	idem *idempotency.Keys
 
 	// keyMu guards keys, recently looked-up API keys by hash (auth.go).
 	keyMu sync.Mutex
 	keys  map[string]cachedKey
 
 	metrics *metrics.Metrics
+	// unreadyNow is whether the last GET /ready found this server
+	// unable to serve (ready.go logs the changes).
+	unreadyNow atomic.Bool
+
 	// closingCtx ends when Close begins (streams watch it).
 	closingCtx  context.Context
 	stopClosing context.CancelFunc
@@ -165,9 +184,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Lease != nil && cfg.Holder == "" {
+		cfg.Holder = lease.Holder()
+	}
 	fl, err := fleet.New(fleet.Config{Runtime: cfg.Runtime, Store: cfg.Store, DataDir: cfg.DataDir, Logger: cfg.Logger,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, Retention: cfg.Retention, Prices: cfg.Prices, CPUByAllocation: cfg.CPUByAllocation, Now: cfg.Now,
-		Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval})
+		Egress: out, MaxPids: cfg.MaxPids, AllowUnlimitedPids: cfg.AllowUnlimitedPids, LifecycleInterval: lifecycleInterval,
+		Lease: cfg.Lease, Holder: cfg.Holder})
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +199,9 @@ func New(cfg Config) (*Server, error) {
 		metrics: metrics.New(), keys: map[string]cachedKey{},
 		egress: out}
 	s.proxy = &proxy.Proxy{Fleet: fl, Log: cfg.Logger, Errs: s.errs, BaseURL: cfg.BaseURL, Domain: cfg.Domain}
+	s.idem = idempotency.New(cfg.Store)
 	s.e2b = e2b.New(e2b.Config{Fleet: fl, Proxy: s.proxy, Errs: s.errs, Log: cfg.Logger, Domain: cfg.Domain, Network: cfg.E2BNetwork,
+		Idempotency:  s.idem,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes, Created: s.metrics.Created,
 		Authenticate: func(r *http.Request) (string, string, error) {
 			c, msg, err := s.authenticate(r)
@@ -187,7 +212,8 @@ func New(cfg Config) (*Server, error) {
 		}})
 	s.closingCtx, s.stopClosing = context.WithCancel(context.Background())
 	s.runs, err = runs.New(runs.Config{Store: cfg.Store, Sandboxes: fl, Models: cfg.Models, Model: cfg.Model,
-		Egress: out, SecretKey: cfg.SecretKey, DataDir: cfg.DataDir, Redact: s.tenantText, Logger: cfg.Logger, Now: cfg.Now})
+		Egress: out, SecretKey: cfg.SecretKey, DataDir: cfg.DataDir, Redact: s.tenantText, Logger: cfg.Logger, Now: cfg.Now,
+		Lease: cfg.Lease, Holder: cfg.Holder})
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +224,7 @@ func New(cfg Config) (*Server, error) {
 // routes registers every endpoint. Each group lives in its own file.
 func (s *Server) routes() {
 	s.route("GET /health", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) }))
+	s.route("GET /ready", http.HandlerFunc(s.ready))
 	s.route("GET /openapi.json", http.HandlerFunc(s.openapi))
 	s.route("GET /metrics", http.HandlerFunc(s.serveMetrics))
 	s.keyRoutes()

@@ -1,7 +1,6 @@
 // Package store is the Cove server's record of truth: teams, API keys,
 // sandboxes, snapshots, exposed ports and usage. It holds the types and
-// the Store interface; store/sqlite implements it (and a PostgreSQL
-// implementation can later). Errors wrap the sandbox package's sentinels
+// the Store interface; store/sqlite and store/postgres implement it. Errors wrap the sandbox package's sentinels
 // (sandbox.ErrNotFound, sandbox.ErrExist, sandbox.ErrInvalid) so the API
 // maps them to HTTP statuses in one place.
 package store
@@ -210,11 +209,27 @@ type Store interface {
 	// RevokeKey revokes a key of the team ("" for any team).
 	RevokeKey(ctx context.Context, teamID, id string) error
 
+	// Ping checks that the store answers a cheap query within ctx (a
+	// server's readiness). Its error may name the database's host: it is
+	// for the log, not for a client.
+	Ping(ctx context.Context) error
+
 	// PutSandbox creates or replaces a sandbox record.
 	PutSandbox(ctx context.Context, s Sandbox) error
 	// GetSandbox returns a sandbox of the team ("" for any team):
 	// ErrNotFound also when it belongs to another team.
 	GetSandbox(ctx context.Context, teamID, id string) (Sandbox, error)
+	// UpdateSandbox is a read-modify-write of a sandbox record of the
+	// team ("" for any team) that no other writer, in this process or
+	// another sharing the store, can interleave with: the record is read
+	// and written in one transaction, so a peer's change is never lost
+	// and a deleted record is never put back. change edits the record it
+	// is given; it must do no I/O (writers wait while it runs) and may
+	// run more than once (a retried transaction); the id and team may
+	// not change (ErrInvalid). ErrNotFound if there is no such record;
+	// change's error is returned (errors.Is finds it) and nothing is
+	// written. It returns the record written.
+	UpdateSandbox(ctx context.Context, teamID, id string, change func(*Sandbox) error) (Sandbox, error)
 	// ListSandboxes returns a page of sandboxes and the cursor of the
 	// next page ("" at the end). An empty TeamID lists every team's.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, string, error)
@@ -268,5 +283,24 @@ type Store interface {
 	ListSecrets(ctx context.Context, teamID string) ([]Secret, error)
 	DeleteSecret(ctx context.Context, teamID, name string) error
 
+	// Leaser elects one holder of a loop among processes sharing the
+	// store.
+	Leaser
+
 	Close() error
+}
+
+// Leaser elects one holder of a named lease at a time among the
+// processes that share a store: several `cove serve` replicas on one
+// PostgreSQL run one lifecycle loop, the holder's. A holder renews its
+// lease well before the ttl passes; a holder that dies loses it when the
+// ttl passes, and another takes it.
+type Leaser interface {
+	// AcquireLease takes the lease name for holder until now+ttl, or
+	// renews it, and reports whether holder holds it: true when it was
+	// free, expired or already holder's; false when another holds it.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// ReleaseLease gives the lease up if holder holds it, so a peer need
+	// not wait for the ttl (a replica shutting down cleanly).
+	ReleaseLease(ctx context.Context, name, holder string) error
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/server"
+	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/postgres"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
@@ -23,20 +25,36 @@ var ErrNotAllowed = errors.New("not allowed")
 // directory, opened directly (a running server sees the key at once), and
 // returns its secret and id. It is the way back in when every admin key is
 // lost, so it is for root or the owner of dir (the user cove serve runs
-// as) only, and it never makes a store where there was none.
-func MintAdminKey(ctx context.Context, dir, name string) (secret, id string, err error) {
-	db, err := serverDB(dir)
-	if err != nil {
+// as) only, and it never makes a store where there was none. With a
+// postgres:// storeURL (cove serve --store), the key is made in that
+// database instead, and dir plays no part: whoever holds the database's
+// password may.
+func MintAdminKey(ctx context.Context, dir, storeURL, name string) (secret, id string, err error) {
+	if err := CheckStore(storeURL); err != nil {
 		return "", "", err
 	}
-	st, err := sqlite.Open(ctx, db)
-	if err != nil {
-		return "", "", fmt.Errorf("opening the server's store in %s: %w", filepath.Dir(db), err)
+	var st store.Store
+	where := ""
+	if IsPostgres(storeURL) {
+		where = postgres.Redact(storeURL)
+		st, err = OpenStore(ctx, storeURL, "")
+		if err != nil {
+			return "", "", err
+		}
+	} else {
+		db, err := serverDB(dir)
+		if err != nil {
+			return "", "", err
+		}
+		where = filepath.Dir(db)
+		if st, err = sqlite.Open(ctx, db); err != nil {
+			return "", "", fmt.Errorf("opening the server's store in %s: %w", where, err)
+		}
 	}
 	defer st.Close()
 	secret, k, err := server.MintAdminKey(ctx, st, name, time.Now())
 	if err != nil {
-		return "", "", fmt.Errorf("making an admin key in %s: %w", filepath.Dir(db), err)
+		return "", "", fmt.Errorf("making an admin key in %s: %w", where, err)
 	}
 	return secret, k.ID, nil
 }

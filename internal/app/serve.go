@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/internal/app/runtimes"
+	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local"
 	"github.com/cove-sandbox/cove/server"
+	"github.com/cove-sandbox/cove/store"
 	"github.com/cove-sandbox/cove/store/sqlite"
 )
 
@@ -33,14 +36,24 @@ type ServeConfig struct {
 	CertFile, KeyFile string
 	// Limits are the HTTP server's timeouts and connection caps.
 	Limits server.Limits
+	// Store is --store: "" or "sqlite" (DataDir/cove.db), or a
+	// postgres:// URL (OpenStore).
+	Store string
 	// Server is the server's configuration. Runtime and Store are made
-	// here: the local runtime, SQLite in DataDir/cove.db. An empty
+	// here: the local runtime, and the store Store names. An empty
 	// DataDir is StateDir's "server"; an empty BaseURL is
 	// http(s)://the address listened on; a nil Logger discards.
 	Server server.Config
 	// Admin, when set, is told the first admin key (made on the first
 	// start only) and the server's URL, before it serves.
 	Admin func(key, url string)
+	// Kube, when set, runs the sandboxes on Kubernetes (cove serve
+	// --runtime kube) instead of this machine; Pool is then unused.
+	Kube *runtimes.KubeOptions
+	// Replicas says other servers share this one's SQLite store and
+	// runtime directory (one host): it takes part in the store's leases
+	// as it always does on a shared store (see sharedLease).
+	Replicas bool
 	// Existing, when set, is told the data directory (absolute) when the
 	// store already had keys, so that a start on existing data can say
 	// how to get back in without the admin key.
@@ -93,8 +106,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 
 // running is a started server and what it runs on.
 type running struct {
-	rt    *local.Runtime
-	store *sqlite.Store
+	rt    sandbox.Runtime
+	pool  *local.Runtime // the local runtime's pool, nil on kube
+	store store.Store
 	srv   *server.Server
 	l     net.Listener
 }
@@ -113,15 +127,27 @@ func openServer(ctx context.Context, cfg *ServeConfig) (*running, error) {
 	if err := os.MkdirAll(sc.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating --data %s: %w", sc.DataDir, err)
 	}
-	rt, err := runtimes.Server(cfg.StateDir, sc.DataDir, cfg.Pool, cfg.AllowPrivate)
-	if err != nil {
-		return nil, fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(sc.DataDir, "cove.db"))
+	// The store first: a wrong --store fails before the runtime starts.
+	st, err := OpenStore(ctx, cfg.Store, sc.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	s := &running{rt: rt, store: st}
+	s := &running{store: st}
+	if cfg.Kube != nil {
+		krt, err := runtimes.Kube(*cfg.Kube)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("starting the kube runtime: %w", err)
+		}
+		s.rt = krt
+	} else {
+		rt, err := runtimes.Server(cfg.StateDir, sc.DataDir, cfg.Pool, cfg.AllowPrivate)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("starting the local runtime (cove serve runs sandboxes on this machine and needs root): %w", err)
+		}
+		s.rt, s.pool = rt, rt
+	}
 	if err := s.start(ctx, cfg); err != nil {
 		if s.l != nil {
 			s.l.Close()
@@ -149,6 +175,9 @@ func (s *running) start(ctx context.Context, cfg *ServeConfig) error {
 		sc.BaseURL = scheme + "://" + l.Addr().String()
 	}
 	sc.Runtime, sc.Store = s.rt, s.store
+	if sc.Lease == nil {
+		sc.Lease = sharedLease(s.store, cfg.Replicas)
+	}
 	// Agent runs call the model through openai-go; without a base URL,
 	// OpenAI's own.
 	sc.Model.BaseURL = ModelBaseURL(sc.Model.BaseURL)
@@ -173,7 +202,9 @@ func (s *running) start(ctx context.Context, cfg *ServeConfig) error {
 		return err
 	}
 	s.srv.Start()
-	s.rt.FillPool()
+	if s.pool != nil {
+		s.pool.FillPool()
+	}
 	return nil
 }
 
@@ -181,9 +212,14 @@ func (s *running) start(ctx context.Context, cfg *ServeConfig) error {
 // own, so a clean stop leaves none of it running (teams' sandboxes stay
 // up for the next start).
 func (s *running) close(ctx context.Context) {
-	s.rt.WaitPool()
-	s.rt.DrainPool(context.WithoutCancel(ctx))
+	if s.pool != nil {
+		s.pool.WaitPool()
+		s.pool.DrainPool(context.WithoutCancel(ctx))
+	}
 	s.srv.Close()
+	if c, ok := s.rt.(io.Closer); ok {
+		c.Close()
+	}
 	s.store.Close()
 }
 

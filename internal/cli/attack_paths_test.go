@@ -30,8 +30,11 @@ func TestAttackUserPath(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(target) })
 	os.Chmod(target, 0o700)
 	climb := strings.Repeat("../", 24)
+	// A name of this test's own under /tmp: whatever else the host has
+	// there is not this test's business.
+	planted := filepath.Join("/tmp", filepath.Base(target)+"-x")
 	for _, user := range []string{
-		"../../../tmp/x",
+		"../../.." + planted,
 		climb + target[1:] + "/made",
 		climb + target[1:],
 		"../../..",
@@ -59,8 +62,9 @@ func TestAttackUserPath(t *testing.T) {
 	if entries, _ := os.ReadDir(target); len(entries) != 0 || st.Mode().Perm() != 0o700 || owner(st) != 0 {
 		t.Errorf("the host directory %s changed: %v, mode %v, owner %d", target, entries, st.Mode(), owner(st))
 	}
-	if _, err := os.Stat("/tmp/x"); err == nil {
-		t.Errorf("/tmp/x exists on the host")
+	if _, err := os.Stat(planted); err == nil {
+		os.RemoveAll(planted)
+		t.Errorf("%s exists on the host", planted)
 	}
 	for _, d := range []string{home, data} {
 		if st, err := os.Stat(d); err == nil && owner(st) != 0 {

@@ -27,18 +27,23 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mb := fs.Int("mb", 256, "megabytes to upload and download")
 	runs := fs.Int("runs", 100, "runs per measure for the local runtime and its peers")
 	guestOnly := fs.Bool("guest-only", false, "measure only the daemon, not the local runtime")
+	gvisorOnly := fs.Bool("gvisor-only", false, "measure only the local runtime's gVisor tier, beside a bare runsc run and the native tier")
 	cliOnly := fs.Bool("cli-only", false, "measure only cove sandbox exec run as a command against the same exec in process")
 	serverMode := fs.Bool("server", false, "measure a Cove server through its API: the one in COVE_SERVER (with COVE_API_KEY), or one started here")
 	clients := fs.Int("clients", 50, "with --server: concurrent clients")
 	load := fs.Duration("load", 0, "with --server: also run a create/exec/delete load this long (e.g. 30s)")
+	replicas := fs.Int("replicas", 1, "with --server and no COVE_SERVER: start this many `cove serve --replicas` on one data directory behind a round-robin balancer, and SIGKILL and restart one during --load")
 	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
+	}
+	if *gvisorOnly {
+		return benchGVisor(ctx, *runs, stdout, stderr)
 	}
 	if *cliOnly {
 		return benchCLI(ctx, *runs, stdout, stderr)
 	}
 	if *serverMode {
-		return benchServer(ctx, os.Getenv("COVE_SERVER"), os.Getenv("COVE_API_KEY"), *runs, *clients, *load, stdout, stderr)
+		return benchServer(ctx, os.Getenv("COVE_SERVER"), os.Getenv("COVE_API_KEY"), *runs, *clients, *replicas, *load, stdout, stderr)
 	}
 	dir, err := os.MkdirTemp("", "cove-bench-")
 	if err != nil {
@@ -57,24 +62,9 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	createTime := time.Since(t0)
 	defer rt.Delete(context.WithoutCancel(ctx), s.ID())
 
-	// Warm up the connection.
-	s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"})
-	guestTimes := make([]time.Duration, *n)
-	for i := range guestTimes {
-		t := time.Now()
-		if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"}); err != nil {
-			return err
-		}
-		guestTimes[i] = time.Since(t)
-	}
-	hostTimes := make([]time.Duration, *n)
-	truePath, _ := exec.LookPath("true")
-	for i := range hostTimes {
-		t := time.Now()
-		if err := exec.Command(truePath).Run(); err != nil {
-			return err
-		}
-		hostTimes[i] = time.Since(t)
+	guestTimes, hostTimes, err := timeExecs(ctx, s, *n)
+	if err != nil {
+		return err
 	}
 
 	size := int64(*mb) << 20
@@ -115,7 +105,35 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout)
-	return benchLocal(ctx, *runs, stdout, stderr)
+	if err := benchLocal(ctx, *runs, stdout, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	return benchGVisor(ctx, *runs, stdout, stderr)
+}
+
+// timeExecs times n exec round trips of true in s beside n fork/execs
+// of true on the host.
+func timeExecs(ctx context.Context, s sandbox.Session, n int) (guest, host []time.Duration, err error) {
+	s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"}) // warm up the connection
+	guest = make([]time.Duration, n)
+	for i := range guest {
+		t := time.Now()
+		if _, err := s.Exec(ctx, sandbox.ExecRequest{Cmd: "true"}); err != nil {
+			return nil, nil, err
+		}
+		guest[i] = time.Since(t)
+	}
+	host = make([]time.Duration, n)
+	truePath, _ := exec.LookPath("true")
+	for i := range host {
+		t := time.Now()
+		if err := exec.Command(truePath).Run(); err != nil {
+			return nil, nil, err
+		}
+		host[i] = time.Since(t)
+	}
+	return guest, host, nil
 }
 
 type zeroReader struct{}

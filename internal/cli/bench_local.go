@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -243,16 +242,7 @@ func (b *localBench) hundred(ctx context.Context) {
 // createAndEcho creates a sandbox and waits for a command's output: what
 // "create -> first output" measures.
 func createAndEcho(ctx context.Context, rt sandbox.Runtime) error {
-	s, err := rt.Create(ctx, sandbox.Spec{})
-	if err != nil {
-		return err
-	}
-	var out bytes.Buffer
-	_, err = s.Exec(ctx, sandbox.ExecRequest{Cmd: "echo", Args: []string{"hi"}, Stdout: &out})
-	if err == nil && out.String() != "hi\n" {
-		err = fmt.Errorf("got %q", out.String())
-	}
-	return err
+	return createAndEchoSpec(ctx, rt, sandbox.Spec{})
 }
 
 type timing struct{ p50, p99 time.Duration }
@@ -323,7 +313,7 @@ func peers(dir string) []peer {
 			return string(b), err
 		}})
 	} else {
-		out = append(out, peer{name: "runsc", missing: "not installed (CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@go, then put runsc on PATH)"})
+		out = append(out, peer{name: "runsc", missing: "not installed (scripts/deps.sh builds and installs the pinned one)"})
 	}
 	return out
 }

@@ -22,8 +22,23 @@ import (
 // benchServer measures the server through its API on loopback: create ->
 // first output, exec round trips, exec throughput with concurrent
 // clients, and a create/exec/delete load. With url empty it starts its
-// own server (local runtime, SQLite) in a temp dir.
-func benchServer(ctx context.Context, url, key string, runs, clients int, load time.Duration, stdout, stderr io.Writer) error {
+// own server (local runtime, SQLite) in a temp dir; with replicas > 1,
+// that many behind a balancer, one SIGKILLed and restarted mid-load.
+func benchServer(ctx context.Context, url, key string, runs, clients, replicas int, load time.Duration, stdout, stderr io.Writer) error {
+	var rs *replicaSet
+	if url == "" && replicas > 1 {
+		dir, err := os.MkdirTemp("", "cove-bench-rep-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(stderr, "→ starting %d cove serve --replicas behind a round-robin balancer\n", replicas)
+		if rs, err = startReplicas(ctx, dir, replicas, stderr); err != nil {
+			return err
+		}
+		defer rs.stop()
+		url, key = rs.url, rs.admin
+	}
 	if url == "" {
 		dir, err := os.MkdirTemp("", "cove-bench-srv-")
 		if err != nil {
@@ -75,7 +90,18 @@ func benchServer(ctx context.Context, url, key string, runs, clients int, load t
 
 	if load > 0 {
 		fmt.Fprintf(stderr, "→ load: %d clients doing create/exec/delete for %s\n", clients, load)
+		notes := make(chan string, 1)
+		if rs != nil {
+			go rs.chaos(ctx, load, func(s string) { notes <- s })
+		}
 		b.load(ctx, clients, load)
+		if rs != nil {
+			select {
+			case s := <-notes:
+				b.add("replicas: "+s, fmt.Sprintf("%d requests cut (502)", rs.lb.cut.Load()), fmt.Sprintf("%d sent on to the other replica", rs.lb.retried.Load()), "")
+			case <-time.After(2 * time.Minute):
+			}
+		}
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -138,31 +164,34 @@ func (b *serverBench) createFirstOutput(ctx context.Context, runs int) error {
 	return nil
 }
 
-// load runs create/exec/delete cycles from clients goroutines for d.
+// load runs create/exec/delete cycles from clients goroutines for d,
+// and adds its row and a row of its errors by call.
 func (b *serverBench) load(ctx context.Context, clients int, d time.Duration) {
 	var mu sync.Mutex
 	var lat []time.Duration
-	var cycles, errs atomic.Int64
+	var cycles, createErrs, execErrs, deleteErrs atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
+	failed := func(n *atomic.Int64, err error) bool {
+		if err == nil {
+			return false
+		}
+		n.Add(1)
+		firstErr.CompareAndSwap(nil, err)
+		return true
+	}
 	deadline := time.Now().Add(d)
 	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				t := time.Now()
-				err := func() error {
-					s, err := b.c.Create(ctx, loadSandbox)
-					if err != nil {
-						return err
-					}
-					defer b.c.Delete(ctx, s.ID())
-					return b.exec(ctx, s.ID(), nil, "true")
-				}()
-				if err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+				s, err := b.c.Create(ctx, loadSandbox)
+				if failed(&createErrs, err) {
+					continue
+				}
+				execErr := b.exec(ctx, s.ID(), nil, "true")
+				deleteErr := b.c.Delete(ctx, s.ID())
+				if failed(&execErrs, execErr) || failed(&deleteErrs, deleteErr) {
 					continue
 				}
 				cycles.Add(1)
@@ -170,15 +199,17 @@ func (b *serverBench) load(ctx context.Context, clients int, d time.Duration) {
 				lat = append(lat, time.Since(t))
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	note := fmt.Sprintf("%d errors", errs.Load())
+	errs := createErrs.Load() + execErrs.Load() + deleteErrs.Load()
+	b.add(fmt.Sprintf("load: create/exec/delete cycles, %d clients, %s, 256 MiB disks", clients, d), fmt.Sprintf("%d cycles, p50 %s", cycles.Load(), ms(pct(lat, 50))), fmt.Sprintf("p99 %s", ms(pct(lat, 99))), "")
+	note := fmt.Sprintf("create %d, exec %d, delete %d", createErrs.Load(), execErrs.Load(), deleteErrs.Load())
 	if e := firstErr.Load(); e != nil {
-		note += fmt.Sprintf(" (first: %v)", e)
+		note += fmt.Sprintf("; first: %v", e)
 	}
-	b.add(fmt.Sprintf("load: create/exec/delete cycles, %d clients, %s, 256 MiB disks", clients, d), fmt.Sprintf("%d cycles, p50 %s", cycles.Load(), ms(pct(lat, 50))), fmt.Sprintf("p99 %s; %s", ms(pct(lat, 99)), note), "0 errors")
+	b.add("load: ERRORS seen by clients", fmt.Sprintf("%d errors", errs), note, "0 errors")
 }
 
 // loadSandbox is what the load's clients create: the default size but

@@ -24,6 +24,7 @@ Usage:
   cove key create|ls|revoke        API keys on a Cove server (COVE_SERVER, COVE_API_KEY)
   cove sandbox COMMAND             create, list, exec in, copy to/from, snapshot, stop, resume, fork, rm sandboxes
   cove template build|import|ls|rm  root filesystems for sandboxes (Debian packages, OCI images)
+  cove image server --output F     write the Cove server as a container image (for deploy/kubernetes)
   cove demo [-- COMMAND ARGS...]   start a sandbox, run a command in it through its daemon, print the output
   cove bench [-n N]                measure exec round trip and file throughput through the daemon
   cove version                     print the version
@@ -70,6 +71,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return serveCmd(ctx, args[1:], stdout, stderr)
 	case "key":
 		return keyCmd(ctx, args[1:], stdout, stderr)
+	case "image":
+		return imageCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "bench":

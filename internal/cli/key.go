@@ -24,9 +24,10 @@ const keyUsage = `Usage:
   cove key create [NAME] --admin --data DIR                   lost the admin key: make a new one straight
                                                               in the store of cove serve --data DIR (root
                                                               or the owner of DIR, on the server's machine)
+  cove key create [NAME] --admin --store postgres://...       the same for a server on PostgreSQL
 
 They talk to the server in COVE_SERVER with the key in COVE_API_KEY,
-except create --data, which needs neither.
+except create --data or --store, which needs neither.
 `
 
 // keyCmd is `cove key`: API keys on a Cove server.
@@ -70,12 +71,12 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // keyCreate is `cove key create`: through the server, or with --data
 // straight in a server's store.
 func keyCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	req, data, err := keyCreateFlags(args, stderr)
+	req, data, storeURL, err := keyCreateFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if data != "" {
-		secret, id, err := app.MintAdminKey(ctx, data, req.Name)
+	if data != "" || storeURL != "" {
+		secret, id, err := app.MintAdminKey(ctx, data, storeURL, req.Name)
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func keyCreate(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // keyCreateFlags is the request of `cove key create NAME [flags]`, and
 // --data's directory when given.
-func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, error) {
+func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, string, error) {
 	fs := flag.NewFlagSet("key create", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	team := fs.String("team", "", "team of the key (admin)")
@@ -106,20 +107,24 @@ func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, err
 	admin := fs.Bool("admin", false, "an admin key (admin)")
 	e2b := fs.Bool("e2b", false, "a key in E2B's form (e2b_...), for E2B SDKs' E2B_API_KEY")
 	data := fs.String("data", "", "make an admin key straight in the store of cove serve --data DIR (root; no server needed)")
+	storeURL := fs.String("store", "", "with --admin: make the admin key straight in the PostgreSQL store of cove serve --store postgres://... (no server needed)")
 	name, rest := "", args
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		name, rest = rest[0], rest[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
-		return api.CreateKey{}, "", clibase.ErrUsage
+		return api.CreateKey{}, "", "", clibase.ErrUsage
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	}
-	if *data != "" {
+	if *storeURL == "sqlite" {
+		*storeURL = "" // the store of --data
+	}
+	if *data != "" || *storeURL != "" {
 		if !*admin || *team != "" || *newTeam != "" || *e2b {
 			fmt.Fprint(stderr, "cove key create --data makes admin keys only: add --admin (and no --team, --new-team or --e2b); make other keys through the server with it\n")
-			return api.CreateKey{}, "", clibase.ErrUsage
+			return api.CreateKey{}, "", "", clibase.ErrUsage
 		}
 		if name == "" {
 			name = "admin-recovered"
@@ -127,13 +132,13 @@ func keyCreateFlags(args []string, stderr io.Writer) (api.CreateKey, string, err
 	}
 	if name == "" {
 		fmt.Fprint(stderr, "cove key create: name the key\n\n"+keyUsage)
-		return api.CreateKey{}, "", clibase.ErrUsage
+		return api.CreateKey{}, "", "", clibase.ErrUsage
 	}
 	req := api.CreateKey{Name: name, Team: *team, NewTeam: *newTeam, Admin: *admin}
 	if *e2b {
 		req.Format = "e2b"
 	}
-	return req, *data, nil
+	return req, *data, *storeURL, nil
 }
 
 // printKeys prints keys as a table.

@@ -47,7 +47,7 @@ Flags:
 // runOptions are cove run's flags.
 type runOptions struct {
 	workspace, manifest, model, baseURL, api, approve, out, stateFile, resume string
-	template, memory, ttl, stateDir, instructions, prices, server             string
+	template, memory, ttl, stateDir, instructions, prices, server, isolation  string
 	jsonOut                                                                   bool
 	cpus                                                                      float64
 	maxTurns                                                                  int
@@ -69,6 +69,7 @@ func (o *runOptions) flags(fs *flag.FlagSet) {
 	fs.Var(&o.approveCalls, "approve-call", "with --resume: approve this call id (or all); repeatable")
 	fs.Var(&o.rejectCalls, "reject-call", "with --resume: reject this call id (or all); repeatable")
 	fs.StringVar(&o.template, "template", "", "sandbox template (default host)")
+	fs.StringVar(&o.isolation, "isolation", "", "the sandbox's tier: native (the default) or gvisor (gVisor's user-space kernel between the agent's commands and the host's)")
 	fs.Float64Var(&o.cpus, "cpus", 0, "CPU quota in cores")
 	fs.StringVar(&o.memory, "memory", "", "memory limit, e.g. 1G")
 	fs.StringVar(&o.ttl, "ttl", "1h", "the sandbox stops this long after it starts")
@@ -231,12 +232,16 @@ func (r *agentRun) setup(policy agent.ApprovalPolicy, usageErr func(string, ...a
 			return fmt.Errorf("reading --prices %s: %v", o.prices, err)
 		}
 	}
+	// The tier is checked before anything is made or uploaded.
+	if probe := (sandbox.Spec{Isolation: o.isolation}); probe.Normalize() != nil {
+		return fmt.Errorf("--isolation %q: want native (the default) or gvisor: %w", o.isolation, clibase.ErrUsage)
+	}
 	rt, kind, err := runtimes.AgentRuntime(o.stateDir, o.server)
 	if err != nil {
 		return err
 	}
 	r.rt = rt
-	spec := sandbox.Spec{Template: o.template, TTL: ttl, Limits: sandbox.Limits{CPUs: o.cpus}}
+	spec := sandbox.Spec{Template: o.template, TTL: ttl, Limits: sandbox.Limits{CPUs: o.cpus}, Isolation: o.isolation}
 	if o.memory != "" {
 		if spec.Limits.MemoryBytes, err = clibase.ParseSize(o.memory); err != nil {
 			return fmt.Errorf("--memory %q: %v", o.memory, err)

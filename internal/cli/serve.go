@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/internal/app"
+	"github.com/cove-sandbox/cove/internal/app/runtimes"
 	"github.com/cove-sandbox/cove/internal/cli/clibase"
 	"github.com/cove-sandbox/cove/server"
 )
@@ -22,9 +23,11 @@ const serveUsage = `Usage: cove serve [flags]
 Runs the Cove server: the /v1 API for sandboxes (API keys per team,
 quotas, TTL and idle timeouts, exec streams, files, snapshots, exposed
 ports, usage), over the local runtime, with its records in SQLite in
---data. The first start prints an admin key; keep it. Lost it? Root on
-this machine makes another from the data directory:
+--data, or in PostgreSQL with --store postgres://... (several replicas
+may share one database). The first start prints an admin key; keep it.
+Lost it? Root on this machine makes another from the data directory:
   cove key create --admin --data DIR
+(with PostgreSQL: cove key create --admin --store postgres://...)
 
 Flags:
 `
@@ -35,6 +38,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
 	addr := fs.String("addr", "127.0.0.1:7300", "address to listen on")
 	data := fs.String("data", "", "directory for the database, snapshots and sandboxes (default: Cove's state directory/server)")
+	storeURL := fs.String("store", os.Getenv("COVE_STORE"), app.StoreFlagUsage)
 	stateDir := fs.String("state-dir", "", "Cove's state directory (templates are shared with cove template)")
 	domain := fs.String("domain", "", "domain for port URLs {port}-{id}.DOMAIN (needs wildcard DNS to this server; default: localhost and the port a request came to, which reaches this server from its own machine)")
 	e2bNetwork := fs.String("e2b-network", "internet", `network of sandboxes made through the E2B API whose create does not set allowInternetAccess: "internet" (E2B's default) or "none" (Cove's API keeps none)`)
@@ -46,7 +50,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retention := fs.Duration("retention", 7*24*time.Hour, "delete stopped sandboxes this long after they stopped (0 keeps them)")
 	maxBody := fs.Int64("max-body", 1<<20, "largest JSON request body, bytes")
 	maxUpload := fs.Int64("max-upload", 1<<30, "largest file or tar upload, bytes")
+	replicas := fs.Bool("replicas", false, "other cove serve processes share this --data directory on this host (its SQLite store and sandboxes): elect one lifecycle loop and lock records through the store (always so with a shared store such as PostgreSQL)")
 	pool := fs.Int("pool", 2, "sandboxes of the default size to keep started ahead, so a create takes one at once (0: none)")
+	secretKeyFile := fs.String("secret-key-file", os.Getenv("COVE_SECRET_KEY_FILE"), "file of the key that seals web UI sessions and team secrets (32 bytes, raw, hex or base64; mode 0600 or 0440): the same file on every replica, so a session signed in on one is accepted by all ($COVE_SECRET_KEY_FILE; default: DATA/secret.key, made on first start)")
 	pricesFile := fs.String("prices", "", `JSON price table for usage costs: {"cpu_second":..,"memory_gib_second":..,"disk_gib_hour":..,"egress_gib":..}`)
 	modelBase := fs.String("model-base-url", os.Getenv("OPENAI_BASE_URL"), "the model endpoint of agent runs (POST /v1/runs), OpenAI-compatible; its key is $OPENAI_API_KEY and is sent nowhere else ($OPENAI_BASE_URL; default OpenAI)")
 	model := fs.String("model", os.Getenv("COVE_MODEL"), "model of agent runs that name none ($COVE_MODEL; default gpt-5.1 at OpenAI)")
@@ -63,12 +69,17 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPids := fs.Int("max-pids", 8192, "the largest pids limit (processes and threads) a sandbox create may ask for")
 	unlimitedPids := fs.Bool("allow-unlimited-pids", false, "let creates ask for no pids limit (pids -1)")
 	allowPrivate := fs.String("network-allow-private", os.Getenv("COVE_NETWORK_ALLOW_PRIVATE"), "comma-separated IPv4 CIDRs, otherwise unreachable (private ranges, the host's networks), that a sandbox's network allow list may name; cloud metadata and this host's own addresses never ($COVE_NETWORK_ALLOW_PRIVATE; default none)")
+	runtimeFlag := runtimeFlags(fs)
 	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cove serve: unexpected argument %q\n", fs.Arg(0))
 		return clibase.ErrUsage
+	}
+	kubeCfg, err := runtimeFlag(*allowPrivate, stderr)
+	if err != nil {
+		return err
 	}
 	if *e2bNetwork != "internet" && *e2bNetwork != "none" {
 		fmt.Fprintf(stderr, "cove serve: --e2b-network %q: use internet or none\n", *e2bNetwork)
@@ -87,29 +98,33 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var prices server.Prices
-	if *pricesFile != "" {
-		b, err := os.ReadFile(*pricesFile)
-		if err == nil {
-			err = json.Unmarshal(b, &prices)
-		}
-		if err != nil {
-			return fmt.Errorf("reading --prices %s: %v", *pricesFile, err)
+	var secretKey []byte
+	if *secretKeyFile != "" {
+		if secretKey, err = server.ReadSecretKeyFile(*secretKeyFile); err != nil {
+			return err
 		}
 	}
+	prices, err := readPrices(*pricesFile)
+	if err != nil {
+		return err
+	}
 	return app.Serve(ctx, app.ServeConfig{
-		Addr: *addr, StateDir: *stateDir, Pool: *pool, AllowPrivate: *allowPrivate,
-		CertFile: *certFile, KeyFile: *keyFile, Limits: limits,
+		Addr: *addr, StateDir: *stateDir, Pool: *pool, Kube: kubeCfg, AllowPrivate: *allowPrivate, Replicas: *replicas,
+		CertFile: *certFile, KeyFile: *keyFile, Limits: limits, Store: *storeURL,
 		Server: server.Config{
 			DataDir: *data, Domain: *domain, E2BNetwork: *e2bNetwork, BaseURL: *baseURL, Logger: log,
 			DefaultTTL: *defaultTTL, Retention: retentionFlag(*retention), MaxBodyBytes: *maxBody, MaxUploadBytes: *maxUpload, Prices: prices,
 			Model:         server.ModelConfig{BaseURL: *modelBase, APIKey: os.Getenv("OPENAI_API_KEY"), API: *modelAPI, DefaultModel: *model},
-			OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids,
+			OutboundAllow: splitList(outboundAllow), MaxPids: *maxPids, AllowUnlimitedPids: *unlimitedPids, SecretKey: secretKey,
 		},
 		Admin: func(key, url string) {
 			fmt.Fprintf(stdout, "admin API key (shown once; keep it):\n  export COVE_SERVER=%s COVE_API_KEY=%s\nweb UI: %s/ (sign in with that key)\n", url, key, url)
 		},
 		Existing: func(dir string) {
+			if app.IsPostgres(*storeURL) {
+				fmt.Fprintln(stdout, "existing data in the PostgreSQL store: sign in with its admin key (lost it? cove key create --admin --store URL, with this server's --store)")
+				return
+			}
 			fmt.Fprintf(stdout, "existing data in %s: sign in with its admin key (lost it? run as root: cove key create --admin --data %s)\n", dir, shellQuote(dir))
 		},
 	})
@@ -189,4 +204,45 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// runtimeFlags defines --runtime and the --kube-* flags on fs; the
+// returned func, after parsing, gives the kube runtime's options (nil
+// for local), or a usage error for an unknown runtime.
+func runtimeFlags(fs *flag.FlagSet) func(allowPrivate string, stderr io.Writer) (*runtimes.KubeOptions, error) {
+	runtimeName := fs.String("runtime", "local", `where sandboxes run: "local" (this machine, needs root) or "kube" (pods in a Kubernetes cluster, see the --kube-* flags)`)
+	var kubeOpts runtimes.KubeOptions
+	fs.StringVar(&kubeOpts.Kubeconfig, "kubeconfig", "", "--runtime kube: the cluster's kubeconfig file (default $KUBECONFIG, the pod's service account in the cluster, then ~/.kube/config)")
+	fs.StringVar(&kubeOpts.Namespace, "kube-namespace", "default", "--runtime kube: the namespace of the sandboxes' pods, claims, secrets and network policies")
+	fs.StringVar(&kubeOpts.StorageClass, "kube-storage-class", "", "--runtime kube: the StorageClass of workspaces (default: the cluster's default); fork needs one that copies a claim (dataSource)")
+	fs.StringVar(&kubeOpts.ImagePrefix, "kube-image-prefix", "cove/", "--runtime kube: put before a template's name to make its image (cove template push tags cove/NAME:latest)")
+	fs.StringVar(&kubeOpts.RuntimeClasses, "kube-runtime-classes", "", "--runtime kube: isolation tiers' RuntimeClasses, e.g. gvisor=runsc (a tier missing is refused; native: the node's default)")
+	fs.StringVar(&kubeOpts.ClusterCIDRs, "kube-cluster-cidrs", "", "--runtime kube: the cluster's pod and service CIDRs, comma-separated: sandboxes never reach them")
+	return func(allowPrivate string, stderr io.Writer) (*runtimes.KubeOptions, error) {
+		switch *runtimeName {
+		case "local":
+			return nil, nil
+		case "kube":
+			kubeOpts.AllowPrivate = allowPrivate
+			return &kubeOpts, nil
+		}
+		fmt.Fprintf(stderr, "cove serve: --runtime %q: use local or kube\n", *runtimeName)
+		return nil, clibase.ErrUsage
+	}
+}
+
+// readPrices reads --prices ("" for none).
+func readPrices(file string) (server.Prices, error) {
+	var prices server.Prices
+	if file == "" {
+		return prices, nil
+	}
+	b, err := os.ReadFile(file)
+	if err == nil {
+		err = json.Unmarshal(b, &prices)
+	}
+	if err != nil {
+		return prices, fmt.Errorf("reading --prices %s: %v", file, err)
+	}
+	return prices, nil
 }

@@ -21,6 +21,9 @@ const templateUsage = `Usage:
         [--suite bookworm] [--mirror URL] [--tool mmdebstrap|debootstrap]
   cove template import NAME FILE.tar                 import a docker save or OCI image tarball ("-" reads stdin)
   cove template rm NAME...                           remove templates no sandbox uses
+  cove template push NAME --output FILE.tar          write it as a container image for the kube runtime
+        [--tag REF] [--sandbox-bin PATH]              (default tag cove/NAME:latest; import the file into
+                                                     the nodes' containerd, or push it to a registry)
 
 Every subcommand takes --state-dir DIR (default $COVE_HOME: ~/.cove, or
 /var/lib/cove as root); templates live in DIR/templates. The "host"
@@ -47,12 +50,17 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Usage = func() { fmt.Fprint(stderr, templateUsage) }
 	stateDir := fs.String("state-dir", "", "cove's state directory (templates are in DIR/templates)")
 	var packages, suite, mirror, tool *string
+	var output, tag, sandboxBin *string
 	switch sub {
 	case "build":
 		packages = fs.String("packages", "", "comma-separated Debian packages to install on top of minbase")
 		suite = fs.String("suite", template.DefaultSuite, "Debian release")
 		mirror = fs.String("mirror", template.DefaultMirror, "Debian mirror URL")
 		tool = fs.String("tool", "", "bootstrapper: mmdebstrap or debootstrap (default: mmdebstrap when installed)")
+	case "push":
+		output = fs.String("output", "", "the image tarball to write (OCI layout and docker save in one; - for stdout)")
+		tag = fs.String("tag", "", "the image's reference (default cove/NAME:latest, what the kube runtime's default --kube-image-prefix finds)")
+		sandboxBin = fs.String("sandbox-bin", "", "a statically linked cove-sandbox to put in the image (default: the one built into cove)")
 	case "ls", "list", "import", "rm", "remove":
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, templateUsage)
@@ -72,6 +80,8 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return templateUsageError(stderr, "cove template build takes one NAME")
 	case sub == "import" && n != 2:
 		return templateUsageError(stderr, "cove template import takes NAME and FILE.tar (- for stdin)")
+	case sub == "push" && (n != 1 || *output == ""):
+		return templateUsageError(stderr, "cove template push takes one NAME and --output FILE.tar")
 	case (sub == "rm" || sub == "remove") && n == 0:
 		return templateUsageError(stderr, "cove template rm takes one or more NAMEs")
 	}
@@ -105,6 +115,9 @@ func templateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	case "import":
 		return templateImport(ctx, st, pos[0], pos[1], progress, stdout, stderr)
+
+	case "push":
+		return templatePush(st, dir, pos[0], pushOptions{output: *output, tag: *tag, sandboxBin: *sandboxBin}, stdout, stderr)
 
 	default: // rm
 		inUse, err := templateInUse(ctx, dir)

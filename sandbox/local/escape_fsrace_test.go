@@ -29,10 +29,12 @@ import (
 // what the user cannot: the workspace confinement promises it never
 // does. No byte of the canary comes back, and /etc/cove-attack is the
 // same at the end.
-func TestEscapeFSRace(t *testing.T) {
+func TestEscapeFSRace(t *testing.T) { onTiers(t, testEscapeFSRace) }
+
+func testEscapeFSRace(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{})
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,22 +32,38 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	defer resume()
+	nid, st, err := r.copySandbox(ctx, id, src)
+	if err != nil {
+		return nil, err
+	}
+	c, st, err := r.startLocked(ctx, nid, st)
+	if err != nil {
+		r.destroy(context.WithoutCancel(ctx), nid)
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
+	}
+	return r.sessionOn(c, nid, st), nil
+}
 
+// copySandbox makes a new stopped sandbox with a copy of src's disk and
+// its spec, and returns its id and state (recorded, still marked as
+// being created by this process). The caller holds r.mu and starts it
+// (or destroys it).
+func (r *Runtime) copySandbox(ctx context.Context, id string, src *state) (string, *state, error) {
 	// A sandbox made before the runtime had a pids default gets it now.
 	spec := src.Info.Spec
 	r.defaults(&spec)
 	nid := sbutil.NewID()
 	dir := r.dir(nid)
 	if err := r.newDir(nid, spec, false); err != nil {
-		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
+		return "", nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o755); err != nil {
-		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
+		return "", nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	srcDisk, err := disk.Open(filepath.Join(r.dir(id), "disk"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, sandbox.WrapIDf(id, hostFault(err), "forking sandbox %q", id)
+		return "", nil, sandbox.WrapIDf(id, hostFault(err), "forking sandbox %q", id)
 	}
 	// A running sandbox's disk is mounted only in its supervisor's mount
 	// namespace: reach it there, so it is frozen for the copy and the copy
@@ -60,12 +76,13 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	d, err := srcDisk.Copy(ctx, filepath.Join(dir, "disk"))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, spaceError(err))
+		return "", nil, fmt.Errorf("forking sandbox %q: copying its disk: %w", id, spaceError(err))
 	}
 	st := &state{
 		Info:     sandbox.Info{ID: nid, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
 		Token:    sbutil.NewToken(),
 		Template: src.Template,
+		Runsc:    src.Runsc,
 		Init:     src.Init,
 	}
 	st.Init.Dir = dir
@@ -80,14 +97,9 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 	}
 	if err := r.writeWithNetwork(nid, st, mode, allow); err != nil {
 		r.destroy(context.WithoutCancel(ctx), nid)
-		return nil, err
+		return "", nil, err
 	}
-	c, st, err := r.startLocked(ctx, nid, st)
-	if err != nil {
-		r.destroy(context.WithoutCancel(ctx), nid)
-		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
-	}
-	return r.sessionOn(c, nid, st), nil
+	return nid, st, nil
 }
 
 // pause freezes a running sandbox's processes while its disk is copied

@@ -17,10 +17,12 @@ import (
 
 // TestSupervisorKilled: SIGKILL of a sandbox's supervisor takes its
 // processes with it, and the next List shows the truth.
-func TestSupervisorKilled(t *testing.T) {
+func TestSupervisorKilled(t *testing.T) { onTiers(t, testSupervisorKilled) }
+
+func testSupervisorKilled(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{})
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +39,7 @@ func TestSupervisorKilled(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	tr := tracesOf(t, rt, s.ID())
 	syscall.Kill(st.ShimPID, syscall.SIGKILL)
 	for (sbutil.Alive(st.InitPID) || sbutil.Alive(st.ShimPID)) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -54,27 +57,38 @@ func TestSupervisorKilled(t *testing.T) {
 			t.Errorf("List after the supervisor died: state %q, want stopped (state file: shim %d init %d; killed shim %d)", in.State, now.ShimPID, now.InitPID, st.ShimPID)
 		}
 	}
-	// It resumes with its disk.
+	// Nothing of its run is left: on gVisor, runsc's Sentry, gofer and
+	// stub processes (which outlive runsc itself), its mounts.
+	noLeftovers(t, tr, "after its supervisor was killed and a List", false)
+	// It resumes with its disk, and its delete leaves nothing.
 	if _, err := rt.Resume(ctx, s.ID()); err != nil {
 		t.Fatalf("resume after the supervisor died: %v", err)
 	}
+	if err := rt.Delete(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	noLeftovers(t, tr, "after its delete", true)
 }
 
 // TestDeleteLeavesNothing checks the host after a delete: no mount, no
 // process, no directory.
-func TestDeleteLeavesNothing(t *testing.T) {
+func TestDeleteLeavesNothing(t *testing.T) { onTiers(t, testDeleteLeavesNothing) }
+
+func testDeleteLeavesNothing(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{})
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := rt.dir(s.ID())
 	st, _ := sbdir.Read(dir)
 	s.Start(ctx, sandbox.ExecRequest{Cmd: "sleep", Args: []string{"300"}})
+	tr := tracesOf(t, rt, s.ID())
 	if err := rt.Delete(ctx, s.ID()); err != nil {
 		t.Fatal(err)
 	}
+	noLeftovers(t, tr, "after Delete", true)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("state directory %s still exists (%v)", dir, err)
 	}
@@ -94,16 +108,21 @@ func TestDeleteLeavesNothing(t *testing.T) {
 
 // TestTTLStopsIdleSandbox: the supervisor enforces the TTL with nothing
 // else running, and the disk is kept.
-func TestTTLStopsIdleSandbox(t *testing.T) {
+func TestTTLStopsIdleSandbox(t *testing.T) { onTiers(t, testTTLStopsIdleSandbox) }
+
+func testTTLStopsIdleSandbox(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{TTL: 500 * time.Millisecond})
+	// The TTL counts from the create; it must outlast the start itself,
+	// which on a loaded machine took over half a second on gVisor (the
+	// sandbox then stopped while starting and the create failed).
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso, TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
 	s.WriteFile(ctx, "kept.txt", strings.NewReader("kept"), 0o644)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		st, err := sbdir.Read(rt.dir(s.ID()))
 		if err != nil {
@@ -116,7 +135,7 @@ func TestTTLStopsIdleSandbox(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the TTL did not stop the sandbox within 20s")
+			t.Fatal("the TTL did not stop the sandbox within 60s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -134,10 +153,12 @@ func TestTTLStopsIdleSandbox(t *testing.T) {
 // TestSetDeadline: a running sandbox's TTL moves (the supervisor
 // re-reads it), and a sandbox the TTL stopped resumes once its deadline
 // is cleared, with a fresh TTL and its disk.
-func TestSetDeadline(t *testing.T) {
+func TestSetDeadline(t *testing.T) { onTiers(t, testSetDeadline) }
+
+func testSetDeadline(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{TTL: time.Hour})
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,10 +208,12 @@ func TestSetDeadline(t *testing.T) {
 // TestCreatorKilledMidCreate: a sandbox whose creating process died
 // before the create finished (a server SIGKILLed mid-request) is deleted,
 // processes, disk and directory, by the next List.
-func TestCreatorKilledMidCreate(t *testing.T) {
+func TestCreatorKilledMidCreate(t *testing.T) { onTiers(t, testCreatorKilledMidCreate) }
+
+func testCreatorKilledMidCreate(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{DiskBytes: 64 << 20}})
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso, Limits: sandbox.Limits{DiskBytes: 64 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,10 +228,12 @@ func TestCreatorKilledMidCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr := tracesOf(t, rt, s.ID())
 	infos, err := rt.List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer noLeftovers(t, tr, "after the List that found the half-made sandbox", true)
 	for _, in := range infos {
 		if in.ID == s.ID() {
 			t.Fatalf("List still shows the half-made sandbox %s", s.ID())

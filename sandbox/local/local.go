@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -31,6 +30,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/runsc"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 	"github.com/cove-sandbox/cove/template"
@@ -98,6 +98,9 @@ type Config struct {
 	// addresses stay unreachable whatever it says; New refuses a list
 	// reaching into metadata. nil: none.
 	NetworkAllowPrivate []netip.Prefix
+	// Runsc is gVisor's runsc, for sandboxes of the gvisor isolation
+	// tier; "" means runsc on PATH, else /usr/local/bin/runsc.
+	Runsc string
 	// DefaultPids is the pids limit of a sandbox whose spec sets none: 0
 	// means DefaultPids (the constant), a negative value no limit. The
 	// pids of a host are few (pid_max is 32768 on many machines) and
@@ -214,6 +217,7 @@ func (r *Runtime) reap(id string) (*state, error) {
 			syscall.Kill(s.InitPID, syscall.SIGKILL)
 		}
 		os.Remove(filepath.Join(r.dir(id), "guest.sock"))
+		syscall.Unmount(filepath.Join(r.dir(id), runsc.HostSocketDir), syscall.MNT_DETACH) // a gVisor sandbox's
 		host.ReleaseCgroup(context.Background(), s)
 		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
 			d.Unmount()
@@ -281,6 +285,12 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 	if err != nil {
 		return nil, err
 	}
+	runscPath := ""
+	if spec.Isolation == sandbox.IsolationGVisor {
+		if runscPath, err = r.findRunsc(); err != nil {
+			return nil, err
+		}
+	}
 	tmplName := spec.Template
 	if tmplName == "" {
 		tmplName = "host"
@@ -334,6 +344,7 @@ func (r *Runtime) create(ctx context.Context, spec sandbox.Spec, pooled bool) (*
 		Info:     sandbox.Info{ID: id, State: sandbox.StateStopped, Spec: spec, CreatedAt: time.Now().UTC()},
 		Token:    sbutil.NewToken(),
 		Template: rootfs.Digest,
+		Runsc:    runscPath,
 		Init: initConfig{
 			Dir: dir, Lower: rootfs.Lower, Binds: rootfs.Binds,
 			Upper: d.Upper(), Work: d.Work(),
@@ -380,25 +391,17 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 	// pid 1): a client can connect at once, the kernel queues it, and the
 	// first health check is answered the moment the daemon serves, with no
 	// polling.
-	sock := filepath.Join(dir, "guest.sock")
-	os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, nil, fmt.Errorf("opening the daemon's socket: %w", err)
-	}
-	os.Chmod(sock, 0o600)
-	ul := l.(*net.UnixListener)
-	ul.SetUnlinkOnClose(false)
-	lf, err := ul.File()
-	ul.Close()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer lf.Close()
 	args := append(append([]string(nil), r.cfg.Command[1:]...), "local-shim", "--dir", dir)
 	args = append(args, r.cfg.InitCommand...) // what the supervisor runs as local-init
 	cmd := exec.Command(r.cfg.Command[0], args...)
-	cmd.ExtraFiles = []*os.File{lf}
+	if !gvisor(st) {
+		lf, err := listenFile(filepath.Join(dir, "guest.sock"))
+		if err != nil {
+			return nil, nil, err
+		}
+		defer lf.Close()
+		cmd.ExtraFiles = []*os.File{lf}
+	}
 	// A clean environment: the caller's secrets stay out of the sandbox.
 	cmd.Env = append([]string{"PATH=" + sbdir.DefaultPath}, r.cfg.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -411,11 +414,16 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 
 	// The socket listens already, so the dial succeeds at once; the
 	// client goes on to serve the sandbox's session.
-	c, err := guest.NewClient("unix://"+sock, guest.ClientOptions{AccessToken: st.Token})
+	c, err := r.client(id, st)
 	if err != nil {
 		return nil, nil, err
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(startTimeout(st))
+	if gvisor(st) {
+		// The daemon binds its socket only once it serves: wait for it
+		// here, at a finer grain than the client's dial backoff.
+		waitSocket(ctx, filepath.Join(dir, runsc.HostSocketDir, runsc.SocketName), exited, deadline)
+	}
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		err := c.Health(hctx)
@@ -430,6 +438,12 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 				}
 				s.Info.State = sandbox.StateRunning
 				s.CreatorPID = 0
+				if s.Info.Paused {
+					// Its memory is back in the running sandbox; a later
+					// stop starts afresh.
+					s.Info.Paused = false
+					os.RemoveAll(memoryDir(dir))
+				}
 				return nil
 			})
 			if err != nil {
@@ -452,14 +466,14 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "sandbox.log"))
 			c.Close()
-			return nil, nil, fmt.Errorf("the sandbox's daemon did not answer within 15s: %s: %w", sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
+			return nil, nil, fmt.Errorf("the sandbox's daemon did not answer within %s: %s: %w", startTimeout(st), sbutil.LastLines(string(log), 4), sandbox.ErrUnavailable)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
 func (r *Runtime) session(id string, st *state) *guest.Session {
-	c, _ := guest.NewClient("unix://"+filepath.Join(r.dir(id), "guest.sock"), guest.ClientOptions{AccessToken: st.Token})
+	c, _ := r.client(id, st)
 	return r.sessionOn(c, id, st)
 }
 
@@ -590,6 +604,10 @@ func spaceError(err error) error {
 func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.resumeLocked(ctx, id)
+}
+
+func (r *Runtime) resumeLocked(ctx context.Context, id string) (sandbox.Session, error) {
 	st, err := r.load(id)
 	if err != nil {
 		return nil, err
@@ -613,11 +631,14 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 				return nil, fmt.Errorf("resuming sandbox %q: %w", id, spaceError(err))
 			}
 		}
-		c, st, err := r.startLocked(ctx, id, st)
+		c, started, err := r.startLocked(ctx, id, st)
+		if err != nil && st.Info.Paused {
+			return nil, r.restoreFailed(id, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("resuming sandbox %q: %w", id, err)
 		}
-		return r.sessionOn(c, id, st), nil
+		return r.sessionOn(c, id, started), nil
 	}
 	return r.session(id, st), nil
 }

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,8 +68,12 @@ func newRuntime(t testing.TB) *Runtime {
 			return
 		}
 		// The race detector sleeps a second at exit; the supervisor and
-		// pid 1 are this binary, and they exit at every stop.
-		shared, sharedErr = New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}})
+		// pid 1 are this binary, and they exit at every stop. The
+		// runtime's warnings (why a restore failed, say: runsc's words
+		// are kept from tenants, so only the log has them) go to the
+		// test binary's stderr, which go test shows when a test fails.
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		shared, sharedErr = New(Config{Dir: dir, Command: []string{exe}, Env: []string{"GORACE=atexit_sleep_ms=0"}, Logger: logger})
 		// What a failed test left is deleted with the directory, so no
 		// run leaves sandboxes, reserved disks or templates behind.
 		sandboxtest.AtExit(func() {
@@ -92,36 +97,39 @@ func newRuntime(t testing.TB) *Runtime {
 func TestConformance(t *testing.T) {
 	needRoot(t)
 	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, sandboxtest.Options{
-		Listen: func(t *testing.T, s sandbox.Session, port int) func() {
-			// The test binary is on the host's /usr? No: it lives in a
-			// temp dir the sandbox cannot see; copy it into the workspace.
-			exe, _ := os.Executable()
-			f, err := os.Open(exe)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if err := s.WriteFile(context.Background(), ".echo-server", f, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			ready := &firstWrite{ch: make(chan struct{})}
-			p, err := s.Start(context.Background(), sandbox.ExecRequest{
-				Cmd: "./.echo-server", Args: []string{"echo-server", strconv.Itoa(port)}, Stdout: ready,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-ready.ch:
-			case <-time.After(10 * time.Second):
-				t.Fatal("echo server did not start")
-			}
-			return func() {
-				p.Signal(context.Background(), sandbox.SIGKILL)
-				s.Remove(context.Background(), ".echo-server")
-			}
-		},
+		Listen: echoListen,
 	})
+}
+
+// echoListen starts sandboxtest's echo server on port in s.
+func echoListen(t *testing.T, s sandbox.Session, port int) func() {
+	// The test binary is on the host's /usr? No: it lives in a
+	// temp dir the sandbox cannot see; copy it into the workspace.
+	exe, _ := os.Executable()
+	f, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := s.WriteFile(context.Background(), ".echo-server", f, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ready := &firstWrite{ch: make(chan struct{})}
+	p, err := s.Start(context.Background(), sandbox.ExecRequest{
+		Cmd: "./.echo-server", Args: []string{"echo-server", strconv.Itoa(port)}, Stdout: ready,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ready.ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("echo server did not start")
+	}
+	return func() {
+		p.Signal(context.Background(), sandbox.SIGKILL)
+		s.Remove(context.Background(), ".echo-server")
+	}
 }
 
 type firstWrite struct {

@@ -3,13 +3,11 @@ package local
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
@@ -84,69 +82,6 @@ type netConfig = sbdir.Net
 // allowRule lets a sandbox reach Net, on Port (TCP and UDP) when set.
 type allowRule = sbdir.AllowRule
 
-// parseAllow reads Network.Allow entries: "203.0.113.7", "203.0.113.0/24",
-// "203.0.113.7:443", "example.com:443" (resolved now, every IPv4 address).
-// check vets each address or CIDR (for a host name, each address it
-// resolves to: the host name is then said in the error).
-func parseAllow(ctx context.Context, entries []string, check func(p netip.Prefix) error) ([]allowRule, error) {
-	var out []allowRule
-	for _, e := range entries {
-		host, port := e, ""
-		if h, p, err := net.SplitHostPort(e); err == nil {
-			host, port = h, p
-		}
-		var pn uint16
-		if port != "" {
-			n, err := strconv.ParseUint(port, 10, 16)
-			if err != nil || n == 0 {
-				return nil, fmt.Errorf("network allow %q: port %q is not 1-65535: %w", e, port, sandbox.ErrInvalid)
-			}
-			pn = uint16(n)
-		}
-		var nets []netip.Prefix
-		if p, err := netip.ParsePrefix(host); err == nil {
-			nets = []netip.Prefix{p.Masked()}
-		} else if a, err := netip.ParseAddr(host); err == nil {
-			nets = []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}
-		}
-		for _, p := range nets {
-			if !p.Addr().Is4() {
-				return nil, fmt.Errorf("network allow %q: only IPv4 is routed to sandboxes: %w", e, sandbox.ErrInvalid)
-			}
-			if err := check(p); err != nil {
-				return nil, fmt.Errorf("network allow %q: %s %w: %w", e, showPrefix(p), err, sandbox.ErrInvalid)
-			}
-		}
-		if nets == nil {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip4", host)
-			cancel()
-			if err != nil || len(addrs) == 0 {
-				return nil, fmt.Errorf("network allow %q: %q does not resolve to an IPv4 address here (%v); give an address or CIDR: %w", e, host, err, sandbox.ErrInvalid)
-			}
-			for _, a := range addrs {
-				p := netip.PrefixFrom(a.Unmap(), 32)
-				if err := check(p); err != nil {
-					return nil, fmt.Errorf("network allow %q: %s resolves to %s, which %w: %w", e, host, p.Addr(), err, sandbox.ErrInvalid)
-				}
-				nets = append(nets, p)
-			}
-		}
-		for _, p := range nets {
-			out = append(out, allowRule{Net: p, Port: pn})
-		}
-	}
-	return out, nil
-}
-
-// showPrefix writes a single address without its /32.
-func showPrefix(p netip.Prefix) string {
-	if p.IsSingleIP() {
-		return p.Addr().String()
-	}
-	return p.String()
-}
-
 // checkNetwork checks a spec's network and resolves its allow list.
 func (r *Runtime) checkNetwork(ctx context.Context, n sandbox.Network) ([]allowRule, error) {
 	switch n.Mode {
@@ -173,9 +108,17 @@ func (r *Runtime) checkNetwork(ctx context.Context, n sandbox.Network) ([]allowR
 	if err != nil {
 		return nil, fmt.Errorf("checking the network allow list: %w", err)
 	}
-	return parseAllow(ctx, n.Allow, func(p netip.Prefix) error {
+	allow, err := sbutil.ParseAllow(ctx, n.Allow, func(p netip.Prefix) error {
 		return r.allowable(p, hostAddrs, hostNets)
 	})
+	if err != nil {
+		return nil, err
+	}
+	rules := make([]allowRule, len(allow))
+	for i, a := range allow {
+		rules[i] = allowRule{Net: a.Net, Port: a.Port}
+	}
+	return rules, nil
 }
 
 // allowable says why an allow list may not name p (nil if it may): the

@@ -40,7 +40,9 @@ func fetch(t *testing.T, s sandbox.Session, hostPort string) (string, int) {
 	return out, st.Code
 }
 
-func TestNetworkModes(t *testing.T) {
+func TestNetworkModes(t *testing.T) { onTiers(t, testNetworkModes) }
+
+func testNetworkModes(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	fakeInternet(t)
 	// A service on the host, on every address: sandboxes must not reach it.
@@ -53,7 +55,7 @@ func TestNetworkModes(t *testing.T) {
 	hostPort := fmt.Sprint(hostL.Addr().(*net.TCPAddr).Port)
 	ctx := context.Background()
 	create := func(n sandbox.Network) sandbox.Session {
-		s, err := rt.Create(ctx, sandbox.Spec{Network: n})
+		s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso, Network: n})
 		if err != nil {
 			t.Fatal(err)
 		}

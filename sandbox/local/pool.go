@@ -31,7 +31,8 @@ func (r *Runtime) poolable(spec sandbox.Spec) bool {
 	return (spec.Template == "" || spec.Template == "host") &&
 		(spec.Root == "" || spec.Root == sandbox.DefaultRoot) &&
 		spec.Limits.DiskBytes == r.cfg.PoolDiskBytes && spec.User == "" &&
-		(spec.Network.Mode == "" || spec.Network.Mode == "none")
+		(spec.Network.Mode == "" || spec.Network.Mode == "none") &&
+		(spec.Isolation == "" || spec.Isolation == sandbox.IsolationNative)
 }
 
 // claim hands out a ready pooled sandbox, made into spec; ok is false

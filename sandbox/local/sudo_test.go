@@ -3,8 +3,8 @@ package local
 import (
 	"context"
 	"net"
-	"os"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/runsc"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
 )
@@ -22,7 +23,9 @@ import (
 // told a user may use it, then root for that user only.
 func TestSudo(t *testing.T) {
 	rt := newRuntime(t)
-	t.Run("host", func(t *testing.T) { checkSudo(t, rt, "") })
+	t.Run("host", func(t *testing.T) {
+		onTiers(t, func(t *testing.T, iso string) { checkSudo(t, rt, "", iso) })
+	})
 	t.Run("debian", func(t *testing.T) {
 		if _, err := exec.LookPath("mmdebstrap"); err != nil {
 			if _, err := exec.LookPath("debootstrap"); err != nil {
@@ -40,13 +43,13 @@ func TestSudo(t *testing.T) {
 				t.Skipf("cannot build a Debian template here (is the mirror reachable?): %v", err)
 			}
 		}
-		checkSudo(t, rt, "debian-test")
+		checkSudo(t, rt, "debian-test", sandbox.IsolationNative)
 	})
 }
 
-func checkSudo(t *testing.T, rt *Runtime, tmpl string) {
+func checkSudo(t *testing.T, rt *Runtime, tmpl, iso string) {
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{Template: tmpl})
+	s, err := rt.Create(ctx, sandbox.Spec{Template: tmpl, Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +75,8 @@ func checkSudo(t *testing.T, rt *Runtime, tmpl string) {
 	if got := run("nobody", "sudo true 2>&1; echo exit=$?"); !strings.Contains(got, "not allowed") || !strings.Contains(got, "exit=1") {
 		t.Errorf("sudo as nobody: %q", got)
 	}
-	if got := run("", "grep ' /usr/bin/sudo ' /proc/self/mountinfo"); !strings.Contains(got, " ro,nosuid,nodev") {
+	// gVisor's mountinfo does not show nodev (nor has it host devices).
+	if got := run("", "grep ' /usr/bin/sudo ' /proc/self/mountinfo"); !strings.Contains(got, " ro,nosuid,nodev") && !(onGVisor(iso) && strings.Contains(got, " ro,nosuid")) {
 		t.Errorf("/usr/bin/sudo's mount: %q, want read-only, nosuid, nodev", got)
 	}
 }
@@ -85,8 +89,12 @@ func allowSudo(t *testing.T, rt *Runtime, id, user string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sock := filepath.Join(rt.dir(id), "guest.sock")
+	if gvisor(st) {
+		sock = filepath.Join(rt.dir(id), runsc.HostSocketDir, runsc.SocketName)
+	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(rt.dir(id), "guest.sock"))
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
 	req, _ := http.NewRequest("GET", "http://sandbox/health", nil)
 	req.Header.Set(guest.AccessTokenHeader, st.Token)
@@ -104,7 +112,9 @@ func allowSudo(t *testing.T, rt *Runtime, id, user string) {
 // or climbing with "..", starts; pid 1 follows the link inside the
 // sandbox only (where it leads nowhere), mounts nothing over the host
 // file, and the host is untouched.
-func TestSudoLinkStaysInside(t *testing.T) {
+func TestSudoLinkStaysInside(t *testing.T) { onTiers(t, testSudoLinkStaysInside) }
+
+func testSudoLinkStaysInside(t *testing.T, iso string) {
 	v := newVictim(t)
 	sh, err := filepath.EvalSymlinks("/bin/sh")
 	if err != nil {
@@ -133,7 +143,7 @@ func TestSudoLinkStaysInside(t *testing.T) {
 				}
 			}
 			rt := privateRuntime(t, linkTree{Rootfs{Lower: lower, Binds: binds, Env: map[string]string{"PATH": sbdirPath}}}, false)
-			s, err := rt.Create(context.Background(), sandbox.Spec{})
+			s, err := rt.Create(context.Background(), sandbox.Spec{Isolation: iso})
 			if err != nil {
 				t.Fatalf("create: %v", err)
 			}

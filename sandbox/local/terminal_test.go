@@ -15,10 +15,12 @@ import (
 // can use: TERM=xterm-256color with its terminfo, so tput sees 256
 // colours and clear clears, and a login's USER, HOME and SHELL; a
 // command on pipes has no TERM forced on it.
-func TestTerminal(t *testing.T) {
+func TestTerminal(t *testing.T) { onTiers(t, testTerminal) }
+
+func testTerminal(t *testing.T, iso string) {
 	rt := newRuntime(t)
 	ctx := context.Background()
-	s, err := rt.Create(ctx, sandbox.Spec{})
+	s, err := rt.Create(ctx, sandbox.Spec{Isolation: iso})
 	if err != nil {
 		t.Fatal(err)
 	}

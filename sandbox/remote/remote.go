@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cove-sandbox/cove/api"
@@ -41,6 +43,10 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger receives a debug line per API call; nil discards them.
 	Logger *slog.Logger
+	// MaxRetryTime bounds the retries of a request that failed to reach
+	// a server (see retry.go for which are retried); 0 means
+	// DefaultMaxRetryTime, negative none.
+	MaxRetryTime time.Duration
 }
 
 // Runtime is a Cove server's sandboxes, seen by one team. Safe for
@@ -48,14 +54,21 @@ type Config struct {
 type Runtime struct {
 	base string // the server's URL, no trailing slash
 	key  string
-	hc   *http.Client
-	log  *slog.Logger
+	// hc reaches the daemons (sessions: streams, tunnels, which are not
+	// retried); api is hc retrying what is safe (retry.go), for the API
+	// calls.
+	hc  *http.Client
+	api *http.Client
+	log *slog.Logger
 }
 
 var (
 	_ sandbox.Runtime   = (*Runtime)(nil)
 	_ sandbox.Forker    = (*Runtime)(nil)
 	_ sandbox.Deadliner = (*Runtime)(nil)
+	_ sandbox.Pauser    = (*Runtime)(nil)
+
+	_ sandbox.MemoryForker = (*Runtime)(nil)
 )
 
 // New returns a runtime for the server at cfg.URL. It makes no request:
@@ -78,7 +91,8 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{base: strings.TrimSuffix(cfg.URL, "/"), key: strings.TrimSpace(cfg.APIKey), hc: cfg.HTTPClient, log: cfg.Logger}, nil
+	return &Runtime{base: strings.TrimSuffix(cfg.URL, "/"), key: strings.TrimSpace(cfg.APIKey), hc: cfg.HTTPClient,
+		api: retrying(cfg.HTTPClient, cfg.MaxRetryTime), log: cfg.Logger}, nil
 }
 
 // Create asks the server for a sandbox of spec. The server applies its
@@ -93,8 +107,11 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sessio
 	if err != nil {
 		return nil, err
 	}
+	// A key of its own per create: a create retried after a lost answer
+	// gets the same sandbox, not a second one.
 	var sb api.Sandbox
-	if err := r.call(ctx, http.MethodPost, "/v1/sandboxes", req, &sb); err != nil {
+	hdr := http.Header{api.IdempotencyKeyHeader: {newIdempotencyKey()}}
+	if err := r.callWith(ctx, http.MethodPost, "/v1/sandboxes", hdr, req, &sb); err != nil {
 		return nil, fmt.Errorf("creating a sandbox: %w", err)
 	}
 	return r.session(sb), nil
@@ -110,7 +127,8 @@ func createRequest(spec sandbox.Spec) (api.CreateSandbox, error) {
 		CPUs: spec.Limits.CPUs, MemoryBytes: spec.Limits.MemoryBytes, DiskBytes: spec.Limits.DiskBytes,
 		// 0 takes the size's limit; the server refuses what is out of
 		// its range.
-		Pids: spec.Limits.Pids,
+		Pids:      spec.Limits.Pids,
+		Isolation: spec.Isolation,
 	}
 	if spec.TTL > 0 {
 		// Whole seconds, rounded up: never shorter than asked.
@@ -188,11 +206,17 @@ func (r *Runtime) Resume(ctx context.Context, id string) (sandbox.Session, error
 	return r.session(sb), nil
 }
 
-// Delete deletes sandbox id and its disk.
+// Delete deletes sandbox id and its disk. A delete retried after its
+// answer was lost (the server died answering) that finds the sandbox
+// gone did its work: nil, not ErrNotFound.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
+	var retries atomic.Int32
 	p, err := sandboxPath(id, "")
 	if err == nil {
-		err = r.call(ctx, http.MethodDelete, p, nil, nil)
+		err = r.call(withRetries(ctx, &retries), http.MethodDelete, p, nil, nil)
+	}
+	if errors.Is(err, sandbox.ErrNotFound) && retries.Load() > 0 {
+		return nil
 	}
 	if err != nil {
 		return sandbox.WrapIDf(id, err, "deleting sandbox %q", id)
@@ -212,6 +236,58 @@ func (r *Runtime) Fork(ctx context.Context, id string) (sandbox.Session, error) 
 		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
 	}
 	return r.session(sb), nil
+}
+
+// Pause stops running sandbox id keeping its processes and memory (a
+// gvisor sandbox's); ErrUnavailable (with ErrInvalid) when its tier
+// keeps the disk only, ErrState when it is not running.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	keep := true
+	p, err := sandboxPath(id, "/pause")
+	if err == nil {
+		err = r.call(ctx, http.MethodPost, p, api.Pause{KeepMemory: &keep}, nil)
+	}
+	if errors.Is(err, sandbox.ErrInvalid) {
+		err = fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	if err != nil {
+		return sandbox.WrapIDf(id, err, "pausing sandbox %q", id)
+	}
+	return nil
+}
+
+// ForkMemory makes n running copies of running gvisor sandbox id with
+// its processes and memory (the server checkpoints it once).
+// ErrUnavailable when it runs on another tier, whose copies get the disk
+// only (Fork).
+func (r *Runtime) ForkMemory(ctx context.Context, id string, n int) ([]sandbox.Session, error) {
+	sb, err := r.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Isolation != sandbox.IsolationGVisor || sb.State != string(sandbox.StateRunning) {
+		return nil, fmt.Errorf("forking sandbox %q with its memory: it is a %s %s sandbox; only running gvisor ones are: %w", id, sb.State, sb.Isolation, sandbox.ErrUnavailable)
+	}
+	return r.ForkN(ctx, id, n)
+}
+
+// ForkN makes n running copies of sandbox id at once (1 to
+// api.MaxForks): of a running gvisor sandbox with its processes and
+// memory, of others with the disk.
+func (r *Runtime) ForkN(ctx context.Context, id string, n int) ([]sandbox.Session, error) {
+	var list api.SandboxList
+	p, err := sandboxPath(id, "/forks")
+	if err == nil {
+		err = r.call(ctx, http.MethodPost, p, api.Fork{Count: n}, &list)
+	}
+	if err != nil {
+		return nil, sandbox.WrapIDf(id, err, "forking sandbox %q", id)
+	}
+	out := make([]sandbox.Session, 0, len(list.Sandboxes))
+	for _, sb := range list.Sandboxes {
+		out = append(out, r.session(sb))
+	}
+	return out, nil
 }
 
 // SetDeadline makes sandbox id stop at t, to the second (rounded up; a
@@ -279,7 +355,10 @@ func info(sb api.Sandbox) sandbox.Info {
 		// The TTL as it stands: from the start to the deadline.
 		spec.TTL = sb.Deadline.Sub(sb.StartedAt).Round(time.Second)
 	}
-	in := sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt}
+	if sb.Isolation != sandbox.IsolationNative {
+		spec.Isolation = sb.Isolation
+	}
+	in := sandbox.Info{ID: sb.ID, State: sandbox.State(sb.State), Spec: spec, CreatedAt: sb.CreatedAt, Paused: sb.Paused}
 	if sb.Deadline != nil {
 		in.Deadline = *sb.Deadline
 	}
@@ -289,7 +368,12 @@ func info(sb api.Sandbox) sandbox.Info {
 // call makes one API request: body (when not nil) as JSON, the response
 // decoded into out (when not nil). An error response is an *Error.
 func (r *Runtime) call(ctx context.Context, method, path string, body, out any) error {
-	resp, err := r.send(ctx, method, path, body)
+	return r.callWith(ctx, method, path, nil, body, out)
+}
+
+// callWith is call with extra headers.
+func (r *Runtime) callWith(ctx context.Context, method, path string, hdr http.Header, body, out any) error {
+	resp, err := r.sendWith(ctx, method, path, hdr, body)
 	if err != nil {
 		return err
 	}
@@ -311,6 +395,11 @@ func (r *Runtime) call(ctx context.Context, method, path string, body, out any) 
 // the response of a success for the caller to read and close (a stream
 // is read as it comes). An error response is an *Error.
 func (r *Runtime) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	return r.sendWith(ctx, method, path, nil, body)
+}
+
+// sendWith is send with extra headers.
+func (r *Runtime) sendWith(ctx context.Context, method, path string, hdr http.Header, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
@@ -323,13 +412,16 @@ func (r *Runtime) send(ctx context.Context, method, path string, body any) (*htt
 	if err != nil {
 		return nil, err
 	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
 	req.Header.Set("Authorization", "Bearer "+r.key)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	start := time.Now()
-	resp, err := r.hc.Do(req)
+	resp, err := r.api.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -807,7 +807,9 @@ func testUnknown(t *testing.T, h *harness) {
 }
 
 func testTTL(t *testing.T, h *harness) {
-	s := h.create(t, sandbox.Spec{TTL: time.Second})
+	// The TTL counts from the create, so it must outlast the start: a
+	// gVisor sandbox on a loaded machine, or a pod, takes over a second.
+	s := h.create(t, sandbox.Spec{TTL: 5 * time.Second})
 	// Not a timing assertion: only that the TTL stops it eventually.
 	deadline := time.Now().Add(3 * hangBound)
 	for {
@@ -823,7 +825,7 @@ func testTTL(t *testing.T, h *harness) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a sandbox with a 1s TTL: got state %q after %v, want %q", info.State, 3*hangBound, sandbox.StateStopped)
+			t.Fatalf("a sandbox with a 5s TTL: got state %q after %v, want %q", info.State, 3*hangBound, sandbox.StateStopped)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -16,11 +16,14 @@ import (
 //
 // A sandbox made with autoPause (lifecycle.onTimeout "pause") is paused
 // at its timeout instead of killed: the fleet's OnExpire stop, which
-// keeps the disk and the record across a server restart. Cove's native
-// tier keeps no memory: processes end, as at a pause with keepMemory
-// false. autoPauseMemory is accepted all the same (true is E2B's default,
-// which the SDKs' default options send) and documented; false is refused
-// where E2B refuses it, so code that works here works on E2B.
+// keeps the disk and the record across a server restart. On the gvisor
+// tier the pause keeps memory too, unless autoPauseMemory is false
+// (fleet.ExpireMemoryLabel): its processes come back at resume, by
+// connect or by traffic. Cove's native tier keeps no memory: processes
+// end, as at a pause with keepMemory false, and autoPauseMemory true
+// (E2B's default, which the SDKs' default options send) is accepted all
+// the same; false is refused where E2B refuses it, so code that works
+// here works on E2B.
 //
 // A sandbox made with autoResume (the record's autoResumeLabel) is
 // started again by the first traffic to it that would be let in were it
@@ -29,7 +32,8 @@ import (
 // its ports are private). Any other request, and any request to a paused
 // sandbox without autoResume, gets the paused answer and resumes
 // nothing. Requests that find it paused at once resume it once
-// (fleet.Wake). Its timeout then starts afresh: the create's timeout, at
+// (fleet.Wake), a gvisor sandbox with the processes it was paused with.
+// Its timeout then starts afresh: the create's timeout, at
 // least autoResumeMinTTL, as E2B's API does.
 
 const (
@@ -87,13 +91,12 @@ func (b *newSandbox) timeoutPolicy() (pause, resume bool, msg string) {
 		}
 	}
 	if b.AutoPauseMemory != nil && !*b.AutoPauseMemory {
-		// E2B's rules, so that what Cove takes E2B takes too (Cove's
-		// pause never keeps memory either way).
+		// E2B's rules, so that what Cove takes E2B takes too.
 		if !pause {
 			return false, false, "autoPauseMemory=false only applies when autoPause is true"
 		}
 		if resume {
-			return false, false, "autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume, as on E2B; leave autoPauseMemory unset (Cove's pause keeps the disk, never memory)"
+			return false, false, "autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume, as on E2B; leave autoPauseMemory unset"
 		}
 	}
 	return pause, resume, ""

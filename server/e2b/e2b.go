@@ -16,7 +16,9 @@
 // Paths, JSON field names, status codes and error bodies ({"code": 404,
 // "message": "..."}) are E2B's, so the unmodified SDK raises the same
 // error classes it raises against E2B. E2B's paused is Cove's stopped:
-// the disk is kept, memory and processes are not; a sandbox made with
+// the disk is kept, and on the gvisor tier (a create's isolation field,
+// or metadata cove.isolation) memory and processes too, as E2B's
+// keepMemory; a native sandbox's processes end. A sandbox made with
 // autoResume is resumed by traffic to it (autoresume.go). The routes
 // are E2B's (documented by E2B's own OpenAPI spec) and are left out of
 // Cove's /openapi.json.
@@ -44,6 +46,7 @@ import (
 
 	"github.com/cove-sandbox/cove/fleet"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/server/internal/idempotency"
 	"github.com/cove-sandbox/cove/server/internal/proxy"
 	"github.com/cove-sandbox/cove/server/internal/web"
 	"github.com/cove-sandbox/cove/store"
@@ -95,6 +98,9 @@ type Config struct {
 	Authenticate func(r *http.Request) (team, msg string, err error)
 	// Created observes how long a create took (the server's metrics).
 	Created func(time.Duration)
+	// Idempotency makes creates with an Idempotency-Key safe to retry
+	// (the server's, shared with /v1).
+	Idempotency *idempotency.Keys
 }
 
 // API serves the E2B API. Make it with New, register its control plane

@@ -158,7 +158,7 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 		writeProxyError(w, r, http.StatusBadGateway, rec.ID, envdPort, fmt.Sprintf("The sandbox %s is not reachable; retry, or connect to it again", rec.ID))
 		return
 	}
-	network, address, daemonToken, ok := proxy.DaemonEndpoint(sess)
+	dial, daemonToken, ok := proxy.DaemonEndpoint(sess)
 	if !ok {
 		writeProxyError(w, r, http.StatusNotImplemented, rec.ID, envdPort,
 			"this server's runtime does not reach its sandboxes' daemons directly, so it cannot serve envd")
@@ -171,7 +171,7 @@ func (s *API) serveEnvd(w http.ResponseWriter, r *http.Request, rec store.Sandbo
 	}
 	id := rec.ID
 	made := rec.Spec.Labels[madeLabel] != ""
-	rp := s.proxy.Daemon(id, network, address, daemonToken, func(out, _ *http.Request) {
+	rp := s.proxy.Daemon(id, dial, daemonToken, func(out, _ *http.Request) {
 		out.Header.Del(SandboxIDHeader)
 		out.Header.Del(SandboxPortHeader)
 		out.Header.Del(trafficTokenHeader)

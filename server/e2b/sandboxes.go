@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -38,6 +39,29 @@ type newSandbox struct {
 	MCP          json.RawMessage            `json:"mcp"`
 	IAM          json.RawMessage            `json:"iam"`
 	VolumeMounts []json.RawMessage          `json:"volumeMounts"`
+	// Isolation is Cove's own: the sandbox's tier (native or gvisor),
+	// which the SDKs can also ask for as metadata cove.isolation.
+	Isolation string `json:"isolation"`
+}
+
+// isolationKey is the metadata key that names a create's isolation
+// tier, for SDKs that send no field of Cove's own; it is not kept as
+// metadata.
+const isolationKey = "cove.isolation"
+
+// isolation is the tier a create asks for, taken out of its metadata
+// when named there; msg says what is wrong when the two disagree.
+func (b *newSandbox) isolation() (tier, msg string) {
+	tier = b.Isolation
+	if v, ok := b.Metadata[isolationKey]; ok {
+		if tier != "" && v != tier {
+			return "", fmt.Sprintf("isolation %q and metadata %s %q disagree; give one", tier, isolationKey, v)
+		}
+		tier = v
+		b.Metadata = maps.Clone(b.Metadata)
+		delete(b.Metadata, isolationKey)
+	}
+	return tier, ""
 }
 
 // unsupported names the first field of a create that asks for something
@@ -90,6 +114,11 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	pause, resume, msg := body.timeoutPolicy()
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	isolation, msg := body.isolation()
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
@@ -147,11 +176,22 @@ func (s *API) create(w http.ResponseWriter, r *http.Request, c *caller) {
 	if resume {
 		own[autoResumeLabel] = "1"
 	}
+	if pause && (body.AutoPauseMemory == nil || *body.AutoPauseMemory) {
+		own[fleet.ExpireMemoryLabel] = "1" // where the tier keeps memory
+	}
+	op, replay, err := s.cfg.Idempotency.Begin(ctx, r, c.team, "e2b", body)
+	if err != nil || replay != "" {
+		s.answerIdempotent(w, r, c, replay, err)
+		return
+	}
+	maps.Copy(own, op.Labels())
 	rec, err := s.createFrom(ctx, c.team, api.CreateSandbox{
 		Template: template, Env: body.EnvVars, TTLSeconds: timeout, OnExpire: onExpire, Labels: body.Metadata, Network: network,
+		Isolation: isolation,
 	}, own)
+	err = op.End(ctx, rec.ID, err, func() { s.fleet.Delete(ctx, c.team, rec.ID) })
 	if err != nil {
-		s.fail(w, r, err)
+		s.failIdempotent(w, r, err)
 		return
 	}
 	s.cfg.Created(time.Since(start))
@@ -252,12 +292,16 @@ func (s *API) extend(w http.ResponseWriter, r *http.Request, c *caller, ttl time
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pause serves POST /sandboxes/{id}/pause: Cove stops the sandbox,
-// keeping its disk (not its memory: running processes end). A paused
-// sandbox has no timeout, as in E2B; it is kept for the server's
-// retention.
+// pause serves POST /sandboxes/{id}/pause: a gvisor sandbox is paused
+// with its memory (its processes come back at connect) unless the body
+// says memory false; a native one keeps its disk only (running
+// processes end), whatever memory says, as memory true is E2B's
+// default. A paused sandbox has no timeout, as in E2B; it is kept for
+// the server's retention.
 func (s *API) pause(w http.ResponseWriter, r *http.Request, c *caller) {
-	var body struct{}
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
 	if !s.decode(w, r, &body) {
 		return
 	}
@@ -269,7 +313,11 @@ func (s *API) pause(w http.ResponseWriter, r *http.Request, c *caller) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
 		return
 	}
-	if _, err := s.fleet.Pause(context.WithoutCancel(r.Context()), c.team, rec.ID); err != nil {
+	mem := fleet.MemoryIfKept
+	if body.Memory != nil && !*body.Memory {
+		mem = fleet.MemoryDropped
+	}
+	if _, err := s.fleet.Pause(context.WithoutCancel(r.Context()), c.team, rec.ID, mem); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -205,7 +205,8 @@ type forkResult struct {
 }
 
 // fork serves POST /sandboxes/{id}/fork: count (1 to maxForks, default
-// 1) copies of the sandbox's disk, running, each ending timeout seconds
+// 1) copies of the sandbox's disk (and, of a running gvisor sandbox,
+// its processes and memory), running, each ending timeout seconds
 // (default 15, as E2B's) from now. 201 with one result per fork, each a
 // sandbox or the error that stopped it (the team's quota, say).
 func (s *API) fork(w http.ResponseWriter, r *http.Request, c *caller) {
@@ -238,8 +239,12 @@ func (s *API) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	ctx := context.WithoutCancel(r.Context())
 	out := make([]forkResult, 0, count)
-	for range count {
-		child, err := s.forkOne(ctx, c.team, parent, time.Duration(timeout)*time.Second)
+	children, errs := s.forks(ctx, c.team, parent, count)
+	for i, child := range children {
+		err := errs[i]
+		if err == nil {
+			child, err = s.finishFork(ctx, c.team, parent, child, time.Duration(timeout)*time.Second)
+		}
 		if err != nil {
 			status, _, msg := s.cfg.Errs.Failure(r, err)
 			out = append(out, forkResult{Error: &errorBody{Code: status, Message: msg}})
@@ -251,16 +256,35 @@ func (s *API) fork(w http.ResponseWriter, r *http.Request, c *caller) {
 	web.WriteJSON(w, http.StatusCreated, out)
 }
 
-// forkOne makes one fork of parent: E2B's, with envd and traffic tokens
+// forks makes count forks of parent, each a record or the error that
+// stopped it: a running gvisor parent's from one checkpoint of its
+// memory (fleet.ForkN), others one at a time, so that one over the
+// team's quota fails alone.
+func (s *API) forks(ctx context.Context, team string, parent store.Sandbox, count int) ([]store.Sandbox, []error) {
+	children, errs := make([]store.Sandbox, count), make([]error, count)
+	if count > 1 && parent.State == store.StateRunning && s.fleet.KeepsMemory(parent) {
+		made, err := s.fleet.ForkN(ctx, team, parent.ID, count)
+		for i := range count {
+			if err != nil {
+				errs[i] = err
+			} else {
+				children[i] = made[i]
+			}
+		}
+		return children, errs
+	}
+	for i := range count {
+		children[i], errs[i] = s.fleet.Fork(ctx, team, parent.ID)
+	}
+	return children, errs
+}
+
+// finishFork makes a fork of parent E2B's, with envd and traffic tokens
 // of its own (fleet.Fork gives a child none of the parent's), ending ttl
 // from now. A fork that cannot be finished is deleted.
-func (s *API) forkOne(ctx context.Context, team string, parent store.Sandbox, ttl time.Duration) (store.Sandbox, error) {
-	child, err := s.fleet.Fork(ctx, team, parent.ID)
-	if err != nil {
-		return child, err
-	}
+func (s *API) finishFork(ctx context.Context, team string, parent, child store.Sandbox, ttl time.Duration) (store.Sandbox, error) {
 	id := child.ID
-	child, err = s.fleet.SetOwnLabels(ctx, team, id, func(labels map[string]string) {
+	child, err := s.fleet.SetOwnLabels(ctx, team, id, func(labels map[string]string) {
 		labels[madeLabel] = "1"
 		labels[envdTokenLabel] = newToken()
 		if parent.Spec.Labels[trafficTokenLabel] != "" {

@@ -21,9 +21,15 @@ export function ttlLeft(sb) {
   return fmtDuration(ms).replace(/ \d+ s$/, '');
 }
 
-function stateBadge(state) {
+// stateBadge shows a sandbox's state; a stopped one that kept its
+// memory is paused.
+function stateBadge(sb) {
+  const state = sb.paused ? 'paused' : sb.state;
   return h('span', {class: `badge state-${state}`}, state);
 }
+
+// tierText is a sandbox's isolation tier.
+const tierText = (sb) => sb.isolation || 'native';
 
 // lifecycleButton POSTs op (stop, resume) to the sandbox; done gets the
 // new record.
@@ -51,7 +57,13 @@ function sandboxActions(sb, done) {
       showError(e, `Deleting ${sb.id}`);
     }
   }, {class: 'danger', 'aria-label': `Delete ${sb.id}`});
+  // Pause keeps a gvisor sandbox's processes and memory; on native it
+  // would be Stop, which is offered already.
+  const pause = sb.state === 'running' && sb.isolation === 'gvisor'
+    ? [lifecycleButton(sb, 'pause', 'Pause', 'Pausing', done, {'aria-label': `Pause ${sb.id}`, title: 'Stop it keeping its processes and memory'})]
+    : [];
   return h('span', {class: 'actions'},
+    ...pause,
     sb.state === 'running'
       ? lifecycleButton(sb, 'stop', 'Stop', 'Stopping', done, {'aria-label': `Stop ${sb.id}`})
       : lifecycleButton(sb, 'resume', 'Resume', 'Resuming', done, {'aria-label': `Resume ${sb.id}`}),
@@ -69,11 +81,15 @@ export async function sandboxesView(ctx) {
   const ttl = h('select', {id: 'new-ttl', name: 'ttl'},
     [['', 'server default'], [1800, '30 minutes'], [3600, '1 hour'], [4 * 3600, '4 hours'], [86400, '1 day'], [7 * 86400, '7 days']]
       .map(([v, label]) => h('option', {value: v}, label)));
+  const isolation = h('select', {id: 'new-isolation', name: 'isolation'},
+    h('option', {value: ''}, 'native — the host’s kernel (fastest)'),
+    h('option', {value: 'gvisor'}, 'gvisor — gVisor’s kernel; pause keeps memory'));
   const create = h('button', {type: 'submit', class: 'primary', id: 'create'}, 'Create sandbox');
   const form = h('form', {class: 'card row-form', id: 'create-form', 'aria-label': 'Create a sandbox'},
     h('div', {class: 'field'}, h('label', {for: 'new-template'}, 'Template'), template, templates),
     h('div', {class: 'field'}, h('label', {for: 'new-size'}, 'Size'), size),
     h('div', {class: 'field'}, h('label', {for: 'new-ttl'}, 'Stops after'), ttl),
+    h('div', {class: 'field'}, h('label', {for: 'new-isolation'}, 'Isolation'), isolation),
     h('div', {class: 'field end'}, create));
   form.addEventListener('submit', (e) => {
     e.preventDefault();
@@ -82,6 +98,7 @@ export async function sandboxesView(ctx) {
         const body = {size: size.value};
         if (template.value.trim()) body.template = template.value.trim();
         if (ttl.value) body.ttl_seconds = Number(ttl.value);
+        if (isolation.value) body.isolation = isolation.value;
         const sb = await api('POST', '/v1/sandboxes', {body});
         location.hash = `#/sandboxes/${encodeURIComponent(sb.id)}`;
       } catch (err) {
@@ -94,7 +111,7 @@ export async function sandboxesView(ctx) {
   const tbody = h('tbody');
   const table = h('table', {class: 'list', id: 'sandboxes'},
     h('caption', {class: 'sr-only'}, 'Your team’s sandboxes'),
-    h('thead', {}, h('tr', {}, ['Sandbox', 'State', 'Template', 'Size', 'Age', 'TTL left', 'Usage this month', 'Actions'].map((t) => h('th', {scope: 'col'}, t)))),
+    h('thead', {}, h('tr', {}, ['Sandbox', 'State', 'Tier', 'Template', 'Size', 'Age', 'TTL left', 'Usage this month', 'Actions'].map((t) => h('th', {scope: 'col'}, t)))),
     tbody);
   const empty = h('p', {class: 'muted', hidden: true}, 'No sandboxes yet: create one above.');
   const more = h('button', {type: 'button', hidden: true}, 'Load more');
@@ -110,7 +127,8 @@ export async function sandboxesView(ctx) {
     const u = usage[sb.id];
     const tr = h('tr', {'data-id': sb.id},
       h('td', {}, h('a', {href: `#/sandboxes/${encodeURIComponent(sb.id)}`}, sb.id)),
-      h('td', {}, stateBadge(sb.state)),
+      h('td', {}, stateBadge(sb)),
+      h('td', {class: 'tier'}, tierText(sb)),
       h('td', {}, sb.template),
       h('td', {}, sizeText(sb)),
       h('td', {class: 'age', title: sb.created_at}, fmtAge(sb.created_at)),
@@ -148,6 +166,13 @@ export async function sandboxesView(ctx) {
   api('GET', '/v1/templates', {signal}).then((list) => {
     templates.replaceChildren(...list.templates.map((t) => h('option', {value: t.name},
       t.created_at ? `made ${fmtAge(t.created_at)} ago` : 'the host’s own system')));
+    // A server without gVisor's runsc says so: the tier is offered, but
+    // disabled with the reason, rather than refused after a click.
+    if (list.isolations && !list.isolations.includes('gvisor')) {
+      const opt = isolation.querySelector('option[value="gvisor"]');
+      opt.disabled = true;
+      opt.textContent = 'gvisor — not installed on this server (runsc)';
+    }
   }).catch(() => {});
   more.addEventListener('click', () => busy(more, 'Loading…', () => load(false)));
   // Ages and TTLs count down without asking the server again.
@@ -192,12 +217,12 @@ export async function sandboxView(ctx, id) {
     }
     sb = rec;
     header.replaceChildren(
-      h('h1', {}, sb.id, ' ', stateBadge(sb.state)),
+      h('h1', {}, sb.id, ' ', stateBadge(sb)),
       h('span', {class: 'actions'},
         h('a', {class: 'button', href: `#/chat?sandbox=${encodeURIComponent(sb.id)}`}, 'Chat with an agent here'),
         sandboxActions(sb, show)));
     facts.replaceChildren(
-      ...fact('Template', sb.template), ...fact('Size', sizeText(sb)), ...fact('Workspace', h('code', {}, sb.root)),
+      ...fact('Template', sb.template), ...fact('Isolation', tierText(sb)), ...fact('Size', sizeText(sb)), ...fact('Workspace', h('code', {}, sb.root)),
       ...fact('Created', h('span', {id: 'created-age', title: sb.created_at}, `${fmtAge(sb.created_at)} ago`)), ...fact('TTL left', h('span', {id: 'ttl-left'}, ttlLeft(sb))),
       ...(sb.idle_timeout_seconds ? fact('Idle timeout', fmtDuration(sb.idle_timeout_seconds * 1000)) : []),
       ...fact('On expiry', sb.on_expire));
@@ -209,8 +234,10 @@ export async function sandboxView(ctx, id) {
     if (sb.state !== 'running') {
       panels = null;
       const resume = lifecycleButton(sb, 'resume', 'Resume', 'Resuming', show, {class: 'primary'});
-      body.replaceChildren(h('div', {class: 'card problem', id: 'sandbox-stopped'},
-        h('p', {}, 'This sandbox is stopped (its disk is kept). Resume it to run commands and browse its files.'), resume));
+      const what = sb.paused
+        ? 'This sandbox is paused with its processes and memory. Resume it and they carry on where they were.'
+        : 'This sandbox is stopped (its disk is kept). Resume it to run commands and browse its files.';
+      body.replaceChildren(h('div', {class: 'card problem', id: 'sandbox-stopped'}, h('p', {}, what), resume));
       return;
     }
     if (panels) return; // running, and already shown

@@ -159,6 +159,35 @@ CREATE TABLE secrets (
 	PRIMARY KEY (team_id, name)
 ) STRICT;
 `,
+
+	// 4: leases (store.Leaser), so processes sharing the file elect one
+	// holder of a loop. expires_at is SQLite's clock (the host's: every
+	// process on one file is on one host), in unix nanoseconds.
+	`
+CREATE TABLE leases (
+	name       TEXT PRIMARY KEY,
+	holder     TEXT NOT NULL,
+	expires_at INTEGER NOT NULL
+) STRICT;
+`,
+
+	// 5: idempotency keys (store.Idempotency): what a create with a key
+	// made, so a retry gets it again. held_until is SQLite's clock (as
+	// leases'); expires_at the store's (IdempotencyKeyTTL after the
+	// claim). result_id is '' until the request finishes.
+	`
+CREATE TABLE idempotency_keys (
+	team_id      TEXT NOT NULL,
+	key          TEXT NOT NULL,
+	request_hash TEXT NOT NULL,
+	holder       TEXT NOT NULL,
+	result_id    TEXT NOT NULL,
+	held_until   INTEGER NOT NULL,
+	expires_at   INTEGER NOT NULL,
+	PRIMARY KEY (team_id, key)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+`,
 }
 
 // errNewerSchema: the database was written by a newer cove. Opening it

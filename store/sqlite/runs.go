@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/internal/check"
 )
 
 // Runs.
@@ -44,18 +45,18 @@ func nullJSON(b []byte) any {
 func (s *Store) PutRun(ctx context.Context, r store.Run) error {
 	switch {
 	case r.ID == "":
-		return invalid("run id is empty")
+		return check.Invalid("run id is empty")
 	case r.TeamID == "":
-		return invalid("run %s: team id is empty", r.ID)
+		return check.Invalid("run %s: team id is empty", r.ID)
 	case r.Status == "":
-		return invalid("run %s: status is empty", r.ID)
+		return check.Invalid("run %s: status is empty", r.ID)
 	case len(r.Config) == 0:
-		return invalid("run %s: config is empty", r.ID)
+		return check.Invalid("run %s: config is empty", r.ID)
 	case r.Messages < 0 || r.LastEventID < 0:
-		return invalid("run %s: negative count", r.ID)
+		return check.Invalid("run %s: negative count", r.ID)
 	}
 	for what, t := range map[string]time.Time{"created_at": r.CreatedAt, "updated_at": r.UpdatedAt, "finished_at": r.FinishedAt} {
-		if err := checkTime("run "+r.ID+" "+what, t); err != nil {
+		if err := check.Time("run "+r.ID+" "+what, t); err != nil {
 			return err
 		}
 	}
@@ -79,7 +80,7 @@ func (s *Store) PutRun(ctx context.Context, r store.Run) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return exists("run " + r.ID)
+			return check.Exists("run " + r.ID)
 		}
 		return nil
 	})
@@ -89,12 +90,12 @@ func (s *Store) PutRun(ctx context.Context, r store.Run) error {
 // GetRun returns a run of the team ("" for any team).
 func (s *Store) GetRun(ctx context.Context, teamID, id string) (store.Run, error) {
 	if id == "" {
-		return store.Run{}, invalid("run id is empty")
+		return store.Run{}, check.Invalid("run id is empty")
 	}
 	cond, args := teamClause(teamID)
 	r, err := scanRun(s.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`+cond, append([]any{id}, args...)...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Run{}, notFound("run " + id)
+		return store.Run{}, check.NotFound("run " + id)
 	}
 	if err != nil {
 		return store.Run{}, wrap(err, "getting run %s", id)
@@ -104,7 +105,7 @@ func (s *Store) GetRun(ctx context.Context, teamID, id string) (store.Run, error
 
 // ListRuns returns a page of runs, newest first.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, string, error) {
-	limit, err := pageLimit(f.Limit)
+	limit, err := check.PageLimit(f.Limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -121,7 +122,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, s
 		cond, targs := teamClause(f.TeamID)
 		err := s.queryRow(ctx, `SELECT created_at FROM runs WHERE id = ?`+cond, append([]any{f.After}, targs...)...).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, "", invalid("page cursor %q is not a run: list again from the start", f.After)
+			return nil, "", check.Invalid("page cursor %q is not a run: list again from the start", f.After)
 		}
 		if err != nil {
 			return nil, "", wrap(err, "listing runs")
@@ -161,7 +162,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, s
 // DeleteRun removes a run of the team ("" for any team) and its events.
 func (s *Store) DeleteRun(ctx context.Context, teamID, id string) error {
 	if id == "" {
-		return invalid("run id is empty")
+		return check.Invalid("run id is empty")
 	}
 	cond, args := teamClause(teamID)
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -181,11 +182,11 @@ func (s *Store) AppendRunEvents(ctx context.Context, evs []store.RunEvent) error
 	for _, e := range evs {
 		switch {
 		case e.RunID == "":
-			return invalid("run event: run id is empty")
+			return check.Invalid("run event: run id is empty")
 		case e.Seq < 1:
-			return invalid("run %s event %d: sequence numbers start at 1", e.RunID, e.Seq)
+			return check.Invalid("run %s event %d: sequence numbers start at 1", e.RunID, e.Seq)
 		case e.Type == "" || len(e.Data) == 0:
-			return invalid("run %s event %d: type or data is empty", e.RunID, e.Seq)
+			return check.Invalid("run %s event %d: type or data is empty", e.RunID, e.Seq)
 		}
 		last[e.RunID] = max(last[e.RunID], e.Seq)
 	}
@@ -213,9 +214,9 @@ func (s *Store) AppendRunEvents(ctx context.Context, evs []store.RunEvent) error
 // RunEvents returns a run's events after a sequence number, in order.
 func (s *Store) RunEvents(ctx context.Context, runID string, after int64, limit int) ([]store.RunEvent, error) {
 	if runID == "" {
-		return nil, invalid("run id is empty")
+		return nil, check.Invalid("run id is empty")
 	}
-	limit, err := pageLimit(limit)
+	limit, err := check.PageLimit(limit)
 	if err != nil {
 		return nil, err
 	}
@@ -243,13 +244,13 @@ func (s *Store) RunEvents(ctx context.Context, runID string, after int64, limit 
 func (s *Store) PutSecret(ctx context.Context, sec store.Secret) error {
 	switch {
 	case sec.TeamID == "":
-		return invalid("secret: team id is empty")
+		return check.Invalid("secret: team id is empty")
 	case sec.Name == "":
-		return invalid("secret name is empty")
+		return check.Invalid("secret name is empty")
 	case len(sec.Value) == 0:
-		return invalid("secret %s: value is empty", sec.Name)
+		return check.Invalid("secret %s: value is empty", sec.Name)
 	}
-	if err := checkTime("secret "+sec.Name+" updated_at", sec.UpdatedAt); err != nil {
+	if err := check.Time("secret "+sec.Name+" updated_at", sec.UpdatedAt); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -267,13 +268,13 @@ func (s *Store) PutSecret(ctx context.Context, sec store.Secret) error {
 // GetSecret returns a secret of the team.
 func (s *Store) GetSecret(ctx context.Context, teamID, name string) (store.Secret, error) {
 	if teamID == "" || name == "" {
-		return store.Secret{}, invalid("secret: team id or name is empty")
+		return store.Secret{}, check.Invalid("secret: team id or name is empty")
 	}
 	sec := store.Secret{TeamID: teamID, Name: name}
 	var updated sql.NullInt64
 	err := s.queryRow(ctx, `SELECT value, updated_at FROM secrets WHERE team_id = ? AND name = ?`, teamID, name).Scan(&sec.Value, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Secret{}, notFound("secret " + name)
+		return store.Secret{}, check.NotFound("secret " + name)
 	}
 	if err != nil {
 		return store.Secret{}, wrap(err, "getting secret %s", name)
@@ -285,7 +286,7 @@ func (s *Store) GetSecret(ctx context.Context, teamID, name string) (store.Secre
 // ListSecrets lists a team's secrets by name, without their values.
 func (s *Store) ListSecrets(ctx context.Context, teamID string) ([]store.Secret, error) {
 	if teamID == "" {
-		return nil, invalid("secrets: team id is empty")
+		return nil, check.Invalid("secrets: team id is empty")
 	}
 	rows, err := s.query(ctx, `SELECT name, updated_at FROM secrets WHERE team_id = ? ORDER BY name`, teamID)
 	if err != nil {
@@ -308,7 +309,7 @@ func (s *Store) ListSecrets(ctx context.Context, teamID string) ([]store.Secret,
 // DeleteSecret removes a team's secret: ErrNotFound if none.
 func (s *Store) DeleteSecret(ctx context.Context, teamID, name string) error {
 	if teamID == "" || name == "" {
-		return invalid("secret: team id or name is empty")
+		return check.Invalid("secret: team id or name is empty")
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE team_id = ? AND name = ?`, teamID, name)

@@ -12,15 +12,10 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/internal/check"
 )
 
 const sandboxCols = `id, team_id, spec, state, size, created_at, started_at, stopped_at, deadline, idle_timeout, on_expire, last_activity`
-
-// Pages of ListSandboxes.
-const (
-	defaultLimit = 100
-	maxLimit     = 1000
-)
 
 func scanSandbox(row scanner) (store.Sandbox, error) {
 	var sb store.Sandbox
@@ -42,99 +37,112 @@ func scanSandbox(row scanner) (store.Sandbox, error) {
 	return sb, nil
 }
 
-func checkState(state string) error {
-	if state != store.StateRunning && state != store.StateStopped {
-		return invalid("unknown sandbox state %q (want %q or %q)", state, store.StateRunning, store.StateStopped)
-	}
-	return nil
-}
-
-func checkSandbox(sb store.Sandbox) error {
-	switch {
-	case sb.ID == "":
-		return invalid("sandbox id is empty")
-	case sb.TeamID == "":
-		return invalid("sandbox %s: team id is empty", sb.ID)
-	case sb.CreatedAt.IsZero():
-		// Pages are ordered by creation time.
-		return invalid("sandbox %s: created_at is not set", sb.ID)
-	case sb.IdleTimeout < 0:
-		return invalid("sandbox %s: negative idle timeout %v", sb.ID, sb.IdleTimeout)
-	case sb.OnExpire != "" && sb.OnExpire != store.ExpireStop && sb.OnExpire != store.ExpireDelete:
-		return invalid("sandbox %s: unknown on_expire %q (want %q or %q)", sb.ID, sb.OnExpire, store.ExpireStop, store.ExpireDelete)
-	}
-	if err := checkState(sb.State); err != nil {
-		return fmt.Errorf("sandbox %s: %w", sb.ID, err)
-	}
-	for _, c := range []struct {
-		what string
-		t    time.Time
-	}{{"created_at", sb.CreatedAt}, {"started_at", sb.StartedAt}, {"stopped_at", sb.StoppedAt}, {"deadline", sb.Deadline}, {"last_activity", sb.LastActivity}} {
-		if err := checkTime("sandbox "+sb.ID+" "+c.what, c.t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // PutSandbox creates or replaces a sandbox record. ErrNotFound if its
 // team does not exist; ErrExist if the id belongs to a sandbox of
 // another team, which a record may never move to.
 func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) error {
-	if err := checkSandbox(sb); err != nil {
+	if err := check.Sandbox(sb); err != nil {
 		return err
 	}
 	spec, err := json.Marshal(sb.Spec)
 	if err != nil {
-		return invalid("sandbox %s: encoding its spec: %v", sb.ID, err)
+		return check.Invalid("sandbox %s: encoding its spec: %v", sb.ID, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		if err := teamExists(ctx, tx, sb.TeamID); err != nil {
+	err = s.write(ctx, func(tx *sql.Tx) error { return putSandbox(ctx, tx, sb, spec) })
+	return wrap(err, "putting sandbox %s", sb.ID)
+}
+
+// putSandbox writes a checked record and its label copy in tx.
+func putSandbox(ctx context.Context, tx *sql.Tx, sb store.Sandbox, spec []byte) error {
+	if err := teamExists(ctx, tx, sb.TeamID); err != nil {
+		return err
+	}
+	// The WHERE of DO UPDATE keeps a record in its team: a put from
+	// another team changes no row.
+	res, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET
+			spec = excluded.spec, state = excluded.state, size = excluded.size,
+			created_at = excluded.created_at, started_at = excluded.started_at,
+			stopped_at = excluded.stopped_at, deadline = excluded.deadline,
+			idle_timeout = excluded.idle_timeout, on_expire = excluded.on_expire,
+			last_activity = excluded.last_activity
+		WHERE sandboxes.team_id = excluded.team_id`,
+		sb.ID, sb.TeamID, string(spec), sb.State, sb.Size, nanos(sb.CreatedAt), nanos(sb.StartedAt),
+		nanos(sb.StoppedAt), nanos(sb.Deadline), int64(sb.IdleTimeout), sb.OnExpire, nanos(sb.LastActivity))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return check.Exists("sandbox " + sb.ID)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
+		return err
+	}
+	for k, v := range sb.Spec.Labels {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v); err != nil {
 			return err
 		}
-		// The WHERE of DO UPDATE keeps a record in its team: a put from
-		// another team changes no row.
-		res, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET
-				spec = excluded.spec, state = excluded.state, size = excluded.size,
-				created_at = excluded.created_at, started_at = excluded.started_at,
-				stopped_at = excluded.stopped_at, deadline = excluded.deadline,
-				idle_timeout = excluded.idle_timeout, on_expire = excluded.on_expire,
-				last_activity = excluded.last_activity
-			WHERE sandboxes.team_id = excluded.team_id`,
-			sb.ID, sb.TeamID, string(spec), sb.State, sb.Size, nanos(sb.CreatedAt), nanos(sb.StartedAt),
-			nanos(sb.StoppedAt), nanos(sb.Deadline), int64(sb.IdleTimeout), sb.OnExpire, nanos(sb.LastActivity))
+	}
+	return nil
+}
+
+// UpdateSandbox is a read-modify-write of a sandbox record of the team
+// ("" for any team) that no other writer, in this process or another,
+// can interleave with: the record is read and written in one write
+// transaction (BEGIN IMMEDIATE holds SQLite's write lock from the
+// start). ErrNotFound if there is none; change's error is returned as it
+// is and nothing is written. change must only edit the record (no I/O:
+// every writer waits while it runs). The id and team may not change. It
+// returns the record written.
+func (s *Store) UpdateSandbox(ctx context.Context, teamID, id string, change func(*store.Sandbox) error) (store.Sandbox, error) {
+	if id == "" {
+		return store.Sandbox{}, check.Invalid("sandbox id is empty")
+	}
+	var out store.Sandbox
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cond, args := teamClause(teamID)
+		sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+cond, append([]any{id}, args...)...))
+		if errors.Is(err, sql.ErrNoRows) {
+			return check.NotFound("sandbox " + id)
+		}
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return exists("sandbox " + sb.ID)
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_labels WHERE sandbox_id = ?`, sb.ID); err != nil {
+		team := sb.TeamID
+		if err := change(&sb); err != nil {
 			return err
 		}
-		for k, v := range sb.Spec.Labels {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_labels (sandbox_id, key, value) VALUES (?, ?, ?)`, sb.ID, k, v); err != nil {
-				return err
-			}
+		if sb.ID != id || sb.TeamID != team {
+			return check.Invalid("sandbox %s: an update may not change its id or team", id)
 		}
-		return nil
+		if err := check.Sandbox(sb); err != nil {
+			return err
+		}
+		spec, err := json.Marshal(sb.Spec)
+		if err != nil {
+			return check.Invalid("sandbox %s: encoding its spec: %v", sb.ID, err)
+		}
+		out = sb
+		return putSandbox(ctx, tx, sb, spec)
 	})
-	return wrap(err, "putting sandbox %s", sb.ID)
+	if err != nil {
+		return store.Sandbox{}, wrap(err, "updating sandbox %s", id)
+	}
+	return out, nil
 }
 
 // GetSandbox returns a sandbox of the team ("" for any team):
 // ErrNotFound also when it belongs to another team.
 func (s *Store) GetSandbox(ctx context.Context, teamID, id string) (store.Sandbox, error) {
 	if id == "" {
-		return store.Sandbox{}, invalid("sandbox id is empty")
+		return store.Sandbox{}, check.Invalid("sandbox id is empty")
 	}
 	cond, args := teamClause(teamID)
 	sb, err := scanSandbox(s.queryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`+cond, append([]any{id}, args...)...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Sandbox{}, notFound("sandbox " + id)
+		return store.Sandbox{}, check.NotFound("sandbox " + id)
 	}
 	if err != nil {
 		return store.Sandbox{}, wrap(err, "getting sandbox %s", id)
@@ -152,12 +160,12 @@ func (s *Store) GetSandbox(ctx context.Context, teamID, id string) (store.Sandbo
 // they page through them. A cursor that is none of these, or not of
 // f.TeamID, is ErrInvalid rather than a guess at where the page was.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, string, error) {
-	limit, err := pageLimit(f.Limit)
+	limit, err := check.PageLimit(f.Limit)
 	if err != nil {
 		return nil, "", err
 	}
 	if f.State != "" {
-		if err := checkState(f.State); err != nil {
+		if err := check.State(f.State); err != nil {
 			return nil, "", err
 		}
 	}
@@ -198,7 +206,7 @@ func (s *Store) listSandboxes(ctx context.Context, f store.SandboxFilter, limit 
 			err = tx.QueryRowContext(ctx, `SELECT created_at FROM deleted_sandboxes WHERE id = ?`+cond, cargs...).Scan(&created)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, "", invalid("page cursor %q is not a sandbox, nor one deleted in the last %v: list again from the start", f.After, keepDeleted)
+			return nil, "", check.Invalid("page cursor %q is not a sandbox, nor one deleted in the last %v: list again from the start", f.After, keepDeleted)
 		}
 		if err != nil {
 			return nil, "", err
@@ -233,19 +241,6 @@ func (s *Store) listSandboxes(ctx context.Context, f store.SandboxFilter, limit 
 	return page, page[limit-1].ID, nil
 }
 
-// pageLimit applies the defaults of SandboxFilter.Limit.
-func pageLimit(n int) (int, error) {
-	switch {
-	case n < 0:
-		return 0, invalid("negative page limit %d", n)
-	case n == 0:
-		return defaultLimit, nil
-	case n > maxLimit:
-		return maxLimit, nil
-	}
-	return n, nil
-}
-
 // touchEvery is how much later than the recorded activity a touch must
 // be to be written. Touches come with every exec, file operation and
 // port connection, and each write costs the single writer an fsync (about
@@ -261,11 +256,11 @@ const touchEvery = time.Second
 func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error {
 	switch {
 	case id == "":
-		return invalid("sandbox id is empty")
+		return check.Invalid("sandbox id is empty")
 	case t.IsZero():
-		return invalid("sandbox %s: activity time is not set", id)
+		return check.Invalid("sandbox %s: activity time is not set", id)
 	}
-	if err := checkTime("sandbox "+id+" activity", t); err != nil {
+	if err := check.Time("sandbox "+id+" activity", t); err != nil {
 		return err
 	}
 	// Most touches change nothing; find out on a reader, without the
@@ -273,7 +268,7 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error 
 	var last sql.NullInt64
 	err := s.queryRow(ctx, `SELECT last_activity FROM sandboxes WHERE id = ?`, id).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("sandbox " + id)
+		return check.NotFound("sandbox " + id)
 	}
 	if err != nil {
 		return wrap(err, "touching sandbox %s", id)
@@ -295,7 +290,7 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, t time.Time) error 
 		var one int
 		err = tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("sandbox " + id)
+			return check.NotFound("sandbox " + id)
 		}
 		return err
 	})
@@ -314,7 +309,7 @@ const keepDeleted = 24 * time.Hour
 // listing order is kept a while (keepDeleted) for page cursors.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if id == "" {
-		return invalid("sandbox id is empty")
+		return check.Invalid("sandbox id is empty")
 	}
 	now := s.now().UnixNano()
 	err := s.write(ctx, func(tx *sql.Tx) error {

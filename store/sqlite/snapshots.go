@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/internal/check"
 )
 
 const snapshotCols = `id, team_id, sandbox_id, size, created_at`
@@ -25,15 +25,15 @@ func scanSnapshot(row scanner) (store.Snapshot, error) {
 func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) error {
 	switch {
 	case sn.ID == "":
-		return invalid("snapshot id is empty")
+		return check.Invalid("snapshot id is empty")
 	case sn.TeamID == "":
-		return invalid("snapshot %s: team id is empty", sn.ID)
+		return check.Invalid("snapshot %s: team id is empty", sn.ID)
 	case sn.SandboxID == "":
-		return invalid("snapshot %s: sandbox id is empty", sn.ID)
+		return check.Invalid("snapshot %s: sandbox id is empty", sn.ID)
 	case sn.Size < 0:
-		return invalid("snapshot %s: negative size %d", sn.ID, sn.Size)
+		return check.Invalid("snapshot %s: negative size %d", sn.ID, sn.Size)
 	}
-	if err := checkTime("snapshot "+sn.ID+" created_at", sn.CreatedAt); err != nil {
+	if err := check.Time("snapshot "+sn.ID+" created_at", sn.CreatedAt); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -51,7 +51,7 @@ func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return exists("snapshot " + sn.ID)
+			return check.Exists("snapshot " + sn.ID)
 		}
 		return nil
 	})
@@ -62,12 +62,12 @@ func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) error {
 // ErrNotFound also when it belongs to another team.
 func (s *Store) GetSnapshot(ctx context.Context, teamID, id string) (store.Snapshot, error) {
 	if id == "" {
-		return store.Snapshot{}, invalid("snapshot id is empty")
+		return store.Snapshot{}, check.Invalid("snapshot id is empty")
 	}
 	cond, args := teamClause(teamID)
 	sn, err := scanSnapshot(s.queryRow(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`+cond, append([]any{id}, args...)...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Snapshot{}, notFound("snapshot " + id)
+		return store.Snapshot{}, check.NotFound("snapshot " + id)
 	}
 	if err != nil {
 		return store.Snapshot{}, wrap(err, "getting snapshot %s", id)
@@ -99,7 +99,7 @@ func (s *Store) ListSnapshots(ctx context.Context, teamID string) ([]store.Snaps
 // team): ErrNotFound if the team has none with this id.
 func (s *Store) DeleteSnapshot(ctx context.Context, teamID, id string) error {
 	if id == "" {
-		return invalid("snapshot id is empty")
+		return check.Invalid("snapshot id is empty")
 	}
 	cond, args := teamClause(teamID)
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -122,34 +122,20 @@ func scanPort(row scanner) (store.Port, error) {
 	return p, err
 }
 
-func checkPort(sandboxID string, port int) error {
-	switch {
-	case sandboxID == "":
-		return invalid("sandbox id is empty")
-	case port < 1 || port > 65535:
-		return invalid("port %d of sandbox %s: ports are 1 to 65535", port, sandboxID)
-	}
-	return nil
-}
-
-func portName(sandboxID string, port int) string {
-	return fmt.Sprintf("port %d of sandbox %s", port, sandboxID)
-}
-
 // PutPort exposes a port of a sandbox, or updates it: ErrNotFound if
 // there is no such sandbox.
 func (s *Store) PutPort(ctx context.Context, p store.Port) error {
-	if err := checkPort(p.SandboxID, p.Port); err != nil {
+	if err := check.Port(p.SandboxID, p.Port); err != nil {
 		return err
 	}
-	if err := checkTime(portName(p.SandboxID, p.Port)+" created_at", p.CreatedAt); err != nil {
+	if err := check.Time(check.PortName(p.SandboxID, p.Port)+" created_at", p.CreatedAt); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sandboxes WHERE id = ?`, p.SandboxID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("sandbox " + p.SandboxID)
+			return check.NotFound("sandbox " + p.SandboxID)
 		}
 		if err != nil {
 			return err
@@ -160,20 +146,20 @@ func (s *Store) PutPort(ctx context.Context, p store.Port) error {
 			p.SandboxID, p.Port, p.Public, p.Token, nanos(p.CreatedAt))
 		return err
 	})
-	return wrap(err, "putting %s", portName(p.SandboxID, p.Port))
+	return wrap(err, "putting %s", check.PortName(p.SandboxID, p.Port))
 }
 
 // GetPort returns an exposed port: ErrNotFound if it is not exposed.
 func (s *Store) GetPort(ctx context.Context, sandboxID string, port int) (store.Port, error) {
-	if err := checkPort(sandboxID, port); err != nil {
+	if err := check.Port(sandboxID, port); err != nil {
 		return store.Port{}, err
 	}
 	p, err := scanPort(s.queryRow(ctx, `SELECT `+portCols+` FROM ports WHERE sandbox_id = ? AND port = ?`, sandboxID, port))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Port{}, notFound(portName(sandboxID, port))
+		return store.Port{}, check.NotFound(check.PortName(sandboxID, port))
 	}
 	if err != nil {
-		return store.Port{}, wrap(err, "getting %s", portName(sandboxID, port))
+		return store.Port{}, wrap(err, "getting %s", check.PortName(sandboxID, port))
 	}
 	return p, nil
 }
@@ -182,7 +168,7 @@ func (s *Store) GetPort(ctx context.Context, sandboxID string, port int) (store.
 // error) for a sandbox that does not exist.
 func (s *Store) ListPorts(ctx context.Context, sandboxID string) ([]store.Port, error) {
 	if sandboxID == "" {
-		return nil, invalid("sandbox id is empty")
+		return nil, check.Invalid("sandbox id is empty")
 	}
 	rows, err := s.query(ctx, `SELECT `+portCols+` FROM ports WHERE sandbox_id = ? ORDER BY port`, sandboxID)
 	if err != nil {
@@ -202,12 +188,12 @@ func (s *Store) ListPorts(ctx context.Context, sandboxID string) ([]store.Port, 
 
 // DeletePort stops exposing a port: ErrNotFound if it is not exposed.
 func (s *Store) DeletePort(ctx context.Context, sandboxID string, port int) error {
-	if err := checkPort(sandboxID, port); err != nil {
+	if err := check.Port(sandboxID, port); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM ports WHERE sandbox_id = ? AND port = ?`, sandboxID, port)
-		return mustChange(res, err, portName(sandboxID, port))
+		return mustChange(res, err, check.PortName(sandboxID, port))
 	})
-	return wrap(err, "deleting %s", portName(sandboxID, port))
+	return wrap(err, "deleting %s", check.PortName(sandboxID, port))
 }

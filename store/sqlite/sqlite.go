@@ -52,12 +52,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -77,6 +77,9 @@ type Store struct {
 	// now is the clock for the times the store makes itself (a key's last
 	// use, its revocation, a sandbox's deletion); tests replace it.
 	now func() time.Time
+	// swept is when this process last deleted expired idempotency keys
+	// (unix nanoseconds of now).
+	swept atomic.Int64
 
 	// stmtMu guards stmts, the prepared read statements by query text.
 	stmtMu sync.Mutex
@@ -195,12 +198,6 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 
 // Errors.
 
-func notFound(what string) error { return fmt.Errorf("%s %w", what, sandbox.ErrNotFound) }
-func exists(what string) error   { return fmt.Errorf("%s %w", what, sandbox.ErrExist) }
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", sandbox.ErrInvalid, fmt.Sprintf(format, args...))
-}
-
 // wrap adds what was being done to an unexpected error. The errors this
 // package makes itself (not found, exists, invalid) already name their
 // object and pass through as they are. A constraint SQLite enforced is
@@ -226,20 +223,6 @@ func wrap(err error, format string, args ...any) error {
 }
 
 // Times.
-
-var (
-	minTime = time.Unix(0, math.MinInt64)
-	maxTime = time.Unix(0, math.MaxInt64)
-)
-
-// checkTime reports ErrInvalid for a time that unix nanoseconds cannot
-// hold. The zero time is fine: it is stored as NULL.
-func checkTime(what string, t time.Time) error {
-	if !t.IsZero() && (t.Before(minTime) || t.After(maxTime)) {
-		return invalid("%s %s is outside the years 1678-2262", what, t.Format(time.RFC3339Nano))
-	}
-	return nil
-}
 
 // nanos is t as a column value: NULL for the zero time. t must have
 // passed checkTime.

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"math"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/store/internal/check"
 )
 
 // t0 has nanoseconds and a zone other than UTC, to show that times
@@ -288,7 +288,7 @@ func TestTimeRoundTrip(t *testing.T) {
 		{"earliest", time.Unix(0, math.MinInt64)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := checkTime("t", tc.t); err != nil {
+			if err := check.Time("t", tc.t); err != nil {
 				t.Fatal(err)
 			}
 			var n sql.NullInt64
@@ -304,25 +304,6 @@ func TestTimeRoundTrip(t *testing.T) {
 		time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC),
 		time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
 	} {
-		checkErr(t, checkTime("deadline", bad), sandbox.ErrInvalid, "deadline", "1678-2262")
-	}
-}
-
-// ctxCancelled is a context already cancelled.
-func ctxCancelled(t *testing.T) context.Context {
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	return ctx
-}
-
-func TestCancelledContext(t *testing.T) {
-	t.Parallel()
-	s := newStore(t)
-	err := s.CreateTeam(ctxCancelled(t), teamA)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("CreateTeam with a cancelled ctx: got %v, want context.Canceled", err)
-	}
-	if _, err := s.GetTeam(t.Context(), teamA.ID); !errors.Is(err, sandbox.ErrNotFound) {
-		t.Errorf("after a cancelled CreateTeam: got %v, want no team", err)
+		checkErr(t, check.Time("deadline", bad), sandbox.ErrInvalid, "deadline", "1678-2262")
 	}
 }

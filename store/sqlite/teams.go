@@ -4,10 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/internal/check"
 )
 
 const teamCols = `id, name, quota_sandboxes, quota_cpus, quota_memory_bytes, created_at`
@@ -20,22 +20,15 @@ func scanTeam(row scanner) (store.Team, error) {
 	return t, err
 }
 
-func checkQuota(q store.Quota) error {
-	if q.Sandboxes < 0 || q.CPUs < 0 || math.IsNaN(q.CPUs) || math.IsInf(q.CPUs, 0) || q.MemoryBytes < 0 {
-		return invalid("quota %+v: limits must be zero (unlimited) or positive", q)
-	}
-	return nil
-}
-
 // CreateTeam adds a team: ErrExist if the id is taken.
 func (s *Store) CreateTeam(ctx context.Context, t store.Team) error {
 	if t.ID == "" {
-		return invalid("team id is empty")
+		return check.Invalid("team id is empty")
 	}
-	if err := checkQuota(t.Quota); err != nil {
+	if err := check.Quota(t.Quota); err != nil {
 		return err
 	}
-	if err := checkTime("team created_at", t.CreatedAt); err != nil {
+	if err := check.Time("team created_at", t.CreatedAt); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -48,7 +41,7 @@ func (s *Store) CreateTeam(ctx context.Context, t store.Team) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return exists("team " + t.ID)
+			return check.Exists("team " + t.ID)
 		}
 		return nil
 	})
@@ -58,11 +51,11 @@ func (s *Store) CreateTeam(ctx context.Context, t store.Team) error {
 // GetTeam returns a team: ErrNotFound if there is none.
 func (s *Store) GetTeam(ctx context.Context, id string) (store.Team, error) {
 	if id == "" {
-		return store.Team{}, invalid("team id is empty")
+		return store.Team{}, check.Invalid("team id is empty")
 	}
 	t, err := scanTeam(s.queryRow(ctx, `SELECT `+teamCols+` FROM teams WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Team{}, notFound("team " + id)
+		return store.Team{}, check.NotFound("team " + id)
 	}
 	if err != nil {
 		return store.Team{}, wrap(err, "getting team %s", id)
@@ -91,9 +84,9 @@ func (s *Store) ListTeams(ctx context.Context) ([]store.Team, error) {
 // SetQuota replaces a team's quota: ErrNotFound if there is no such team.
 func (s *Store) SetQuota(ctx context.Context, teamID string, q store.Quota) error {
 	if teamID == "" {
-		return invalid("team id is empty")
+		return check.Invalid("team id is empty")
 	}
-	if err := checkQuota(q); err != nil {
+	if err := check.Quota(q); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -115,7 +108,7 @@ func mustChange(res sql.Result, err error, what string) error {
 		return err
 	}
 	if n == 0 {
-		return notFound(what)
+		return check.NotFound(what)
 	}
 	return nil
 }
@@ -127,7 +120,7 @@ func teamExists(ctx context.Context, tx *sql.Tx, id string) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM teams WHERE id = ?`, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("team " + id)
+		return check.NotFound("team " + id)
 	}
 	return err
 }
@@ -159,18 +152,18 @@ const lastUsedEvery = time.Minute
 func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 	switch {
 	case k.ID == "":
-		return invalid("api key id is empty")
+		return check.Invalid("api key id is empty")
 	case k.TeamID == "":
-		return invalid("api key %s: team id is empty", k.ID)
+		return check.Invalid("api key %s: team id is empty", k.ID)
 	case k.Hash == "":
-		return invalid("api key %s: hash is empty", k.ID)
+		return check.Invalid("api key %s: hash is empty", k.ID)
 	}
 	for _, c := range []struct {
 		what string
 		t    *time.Time
 	}{{"created_at", &k.CreatedAt}, {"last_used_at", k.LastUsedAt}, {"revoked_at", k.RevokedAt}} {
 		if c.t != nil {
-			if err := checkTime("api key "+c.what, *c.t); err != nil {
+			if err := check.Time("api key "+c.what, *c.t); err != nil {
 				return err
 			}
 		}
@@ -189,7 +182,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return exists("api key " + k.ID + " (or one with the same secret)")
+			return check.Exists("api key " + k.ID + " (or one with the same secret)")
 		}
 		return nil
 	})
@@ -201,11 +194,11 @@ func (s *Store) CreateKey(ctx context.Context, k store.APIKey) error {
 // The error does not repeat the hash: it is derived from a secret.
 func (s *Store) KeyByHash(ctx context.Context, hash string) (store.APIKey, error) {
 	if hash == "" {
-		return store.APIKey{}, invalid("api key hash is empty")
+		return store.APIKey{}, check.Invalid("api key hash is empty")
 	}
 	k, err := scanKey(s.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ? AND revoked_at IS NULL`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.APIKey{}, notFound("api key")
+		return store.APIKey{}, check.NotFound("api key")
 	}
 	if err != nil {
 		return store.APIKey{}, wrap(err, "finding api key")
@@ -265,7 +258,7 @@ func (s *Store) ListKeys(ctx context.Context, teamID string) ([]store.APIKey, er
 // revocation time.
 func (s *Store) RevokeKey(ctx context.Context, teamID, id string) error {
 	if id == "" {
-		return invalid("api key id is empty")
+		return check.Invalid("api key id is empty")
 	}
 	now := s.now().UTC()
 	cond, args := teamClause(teamID)

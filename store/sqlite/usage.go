@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cove-sandbox/cove/store"
+	"github.com/cove-sandbox/cove/store/internal/check"
 )
 
 // AddUsage records a metered interval [Start, End): ErrNotFound if its
@@ -15,19 +16,19 @@ import (
 func (s *Store) AddUsage(ctx context.Context, u store.Usage) error {
 	switch {
 	case u.TeamID == "":
-		return invalid("usage: team id is empty")
+		return check.Invalid("usage: team id is empty")
 	case u.SandboxID == "":
-		return invalid("usage of team %s: sandbox id is empty", u.TeamID)
+		return check.Invalid("usage of team %s: sandbox id is empty", u.TeamID)
 	case u.Start.IsZero() || u.End.IsZero():
-		return invalid("usage of sandbox %s: start and end must be set", u.SandboxID)
+		return check.Invalid("usage of sandbox %s: start and end must be set", u.SandboxID)
 	case !u.End.After(u.Start):
-		return invalid("usage of sandbox %s: end %s is not after start %s", u.SandboxID, u.End.Format(time.RFC3339Nano), u.Start.Format(time.RFC3339Nano))
+		return check.Invalid("usage of sandbox %s: end %s is not after start %s", u.SandboxID, u.End.Format(time.RFC3339Nano), u.Start.Format(time.RFC3339Nano))
 	case u.CPUSeconds < 0 || u.MemoryGiBSecs < 0 || u.DiskGiBHours < 0 || u.BytesIn < 0 || u.BytesOut < 0,
 		badFloat(u.CPUSeconds) || badFloat(u.MemoryGiBSecs) || badFloat(u.DiskGiBHours):
-		return invalid("usage of sandbox %s: amounts must be finite and not negative", u.SandboxID)
+		return check.Invalid("usage of sandbox %s: amounts must be finite and not negative", u.SandboxID)
 	}
 	for _, t := range []time.Time{u.Start, u.End} {
-		if err := checkTime("usage of sandbox "+u.SandboxID, t); err != nil {
+		if err := check.Time("usage of sandbox "+u.SandboxID, t); err != nil {
 			return err
 		}
 	}
@@ -61,12 +62,12 @@ func badFloat(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
 func (s *Store) UsageByTeam(ctx context.Context, teamID string, from, to time.Time) ([]store.Usage, error) {
 	switch {
 	case from.IsZero() || to.IsZero():
-		return nil, invalid("usage range: from and to must be set")
+		return nil, check.Invalid("usage range: from and to must be set")
 	case !to.After(from):
-		return nil, invalid("usage range: to %s is not after from %s", to.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano))
+		return nil, check.Invalid("usage range: to %s is not after from %s", to.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano))
 	}
 	for _, t := range []time.Time{from, to} {
-		if err := checkTime("usage range", t); err != nil {
+		if err := check.Time("usage range", t); err != nil {
 			return nil, err
 		}
 	}

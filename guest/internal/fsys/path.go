@@ -73,7 +73,26 @@ func (n *node) isRegular() bool { return n.exists && n.st.Mode&unix.S_IFMT == un
 // open opens the entry itself, never through a symlink that may have
 // taken its place.
 func (n *node) open(flags int) (int, error) {
+	if flags&unix.O_DIRECTORY != 0 && flags&unix.O_PATH == 0 {
+		return n.openDir(flags)
+	}
 	return openat(n.dir, n.name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// openDir opens the directory n with flags (O_DIRECTORY, not O_PATH) in
+// two steps: O_PATH first, then the very directory that descriptor holds,
+// reopened through /proc. gVisor's kernel follows a symlink to a
+// directory on open with O_DIRECTORY|O_NOFOLLOW (Linux refuses it with
+// ENOTDIR), which let a sandbox that swapped a directory for such a link
+// have the file API list what the link named; with O_PATH it refuses
+// the link as Linux does.
+func (n *node) openDir(flags int) (int, error) {
+	pfd, err := openat(n.dir, n.name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	return openat(unix.AT_FDCWD, procFD(pfd), flags|unix.O_CLOEXEC, 0)
 }
 
 // stat refreshes n.st and n.exists.

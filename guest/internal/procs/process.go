@@ -189,7 +189,7 @@ func (m *Manager) List(ctx context.Context, req *connect.Request[pb.ListRequest]
 }
 
 func (m *Manager) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
-	user, err := m.cfg.FS.RequestUser(req.Header())
+	user, err := m.runAs(req.Header(), os.Geteuid())
 	if err != nil {
 		return wire.ConnectError(err)
 	}

@@ -200,6 +200,22 @@ func BenchLocal(dir string, pool int) (*local.Runtime, error) {
 	return local.New(local.Config{Dir: dir, Pool: pool, Command: shimCmd, InitCommand: initCmd})
 }
 
+// BenchHostRoot is the host template's root directory and the host
+// directories it binds, as the runtime of BenchLocal(dir) runs its
+// sandboxes from (a local runtime without Templates keeps its store in
+// dir/.templates): `cove bench` hands the same root to a bare runsc run.
+func BenchHostRoot(dir string) (root string, binds []string, err error) {
+	store, err := template.Open(filepath.Join(dir, ".templates"))
+	if err != nil {
+		return "", nil, err
+	}
+	tm, err := store.Host()
+	if err != nil {
+		return "", nil, err
+	}
+	return tm.RootFS, tm.Binds, nil
+}
+
 // TemplatesInUse returns the function that tells whether a local sandbox
 // under stateDir, running or stopped, uses the template with a given
 // digest (so `cove template rm` keeps it).

@@ -34,13 +34,18 @@ const sandboxUsage = `Usage: cove sandbox COMMAND [flags]
 
 Commands:
   create [--template T] [--ttl 30m] [--cpus 1] [--memory 512M] [--disk 2G] [--pids N]
-         [--env K=V]... [--manifest FILE]          create and start a sandbox; prints its id
-  ls                                              list sandboxes
+         [--env K=V]... [--manifest FILE] [--isolation native|gvisor]
+                                                  create and start a sandbox; prints its id
+  ls                                              list sandboxes and their tiers
   exec ID [-i] [-t] [-e K=V]... [-w DIR] [-u USER] -- CMD [ARGS...]
                                                   run a command; exits with its exit code
   cp ID:PATH LOCAL | cp LOCAL ID:PATH             copy files and folders
   snapshot ID -o FILE.tar                         save the workspace as a tar
-  stop ID | resume ID | fork ID                   stop keeping the disk, resume, copy
+  stop ID | resume ID                             stop keeping the disk, resume
+  pause [--keep-memory] ID                        pause: a gvisor sandbox keeps its processes
+                                                  and memory; a native one is stopped (disk kept)
+  fork [--count N] ID                             copy (a running gvisor one with its processes);
+                                                  prints the new ids
   rm [-f] ID...                                   delete (-f stops a running one first)
   drain                                           delete the sandboxes kept ready for COVE_POOL
 
@@ -90,20 +95,10 @@ func Cmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return eachID(args, func(id string) error { return rt.Stop(ctx, id) }, stdout, "stopped")
 	case "resume":
 		return eachID(args, func(id string) error { _, err := rt.Resume(ctx, id); return err }, stdout, "resumed")
+	case "pause":
+		return sandboxPause(ctx, rt, args, stdout, stderr)
 	case "fork":
-		if len(args) != 1 {
-			return usageErr(stderr, "fork takes one sandbox id")
-		}
-		f, ok := rt.(sandbox.Forker)
-		if !ok {
-			return fmt.Errorf("this runtime cannot fork sandboxes")
-		}
-		s, err := f.Fork(ctx, args[0])
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, s.ID())
-		return nil
+		return sandboxFork(ctx, rt, args, stdout, stderr)
 	case "rm", "delete":
 		return sandboxRemove(ctx, rt, args, stdout, stderr)
 	case "drain":
@@ -141,6 +136,10 @@ func sandboxHelpFor(ctx context.Context, sub string, stdout, stderr io.Writer) e
 		return sandboxSnapshot(ctx, nil, help, stdout, stderr)
 	case "rm", "delete":
 		return sandboxRemove(ctx, nil, help, stdout, stderr)
+	case "pause":
+		return sandboxPause(ctx, nil, help, stdout, stderr)
+	case "fork":
+		return sandboxFork(ctx, nil, help, stdout, stderr)
 	}
 	if text, ok := sandboxHelp[sub]; ok {
 		return clibase.ShowHelp(stdout, text)
@@ -198,11 +197,12 @@ func sandboxCreate(ctx context.Context, rt sandbox.Runtime, args []string, stdou
 	fs.Var(&envs, "env", "KEY=VALUE for every command (repeatable)")
 	network := fs.String("network", "none", "none (loopback only), internet (public addresses; not the host, private ranges or cloud metadata) or allow (only --allow)")
 	fs.Var(&allow, "allow", "with --network allow: an address, CIDR or host, with an optional :port, the sandbox may reach (repeatable)")
+	isolation := fs.String("isolation", "", "native (the default: the host's kernel behind namespaces, seccomp and Landlock) or gvisor (gVisor's user-space kernel; pause and fork keep processes and memory)")
 	if err := clibase.ParseFlags(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	spec := sandbox.Spec{Template: *tmpl, TTL: *ttl, Limits: sandbox.Limits{CPUs: *cpus, Pids: *pids}, Env: map[string]string{},
-		Network: sandbox.Network{Mode: *network, Allow: allow}}
+		Network: sandbox.Network{Mode: *network, Allow: allow}, Isolation: *isolation}
 	var err error
 	if spec.Limits.MemoryBytes, err = clibase.ParseSize(*mem); err != nil {
 		return fmt.Errorf("--memory: %w", err)
@@ -263,14 +263,18 @@ func sandboxList(ctx context.Context, rt sandbox.Runtime, stdout io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tAGE\tTTL LEFT")
+	fmt.Fprintln(tw, "ID\tSTATE\tTIER\tTEMPLATE\tAGE\tTTL LEFT")
 	now := time.Now()
 	for _, in := range infos {
 		tmpl := in.Spec.Template
 		if tmpl == "" {
 			tmpl = "host"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.ID, in.State, tmpl, shortDur(now.Sub(in.CreatedAt)), ttlLeft(in, now))
+		state := string(in.State)
+		if in.Paused {
+			state = "paused" // stopped with its memory
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, state, tierOf(in), tmpl, shortDur(now.Sub(in.CreatedAt)), ttlLeft(in, now))
 	}
 	return tw.Flush()
 }
@@ -680,11 +684,12 @@ func execHelpAsked(args []string) bool {
 // sandboxHelp is the usage of `cove sandbox CMD` ("" when CMD has no
 // page of its own: the sandbox usage is shown).
 var sandboxHelp = map[string]string{
-	"ls":     "Usage: cove sandbox ls\n\nLists the sandboxes: id, state, template, age, and the time left before the TTL stops each.\n",
-	"list":   "Usage: cove sandbox ls\n\nLists the sandboxes: id, state, template, age, and the time left before the TTL stops each.\n",
+	"ls":     "Usage: cove sandbox ls\n\nLists the sandboxes: id, state (paused: stopped with its memory), tier (native or gvisor), template, age, and the time left before the TTL stops each.\n",
+	"list":   "Usage: cove sandbox ls\n\nLists the sandboxes: id, state (paused: stopped with its memory), tier (native or gvisor), template, age, and the time left before the TTL stops each.\n",
 	"cp":     "Usage: cove sandbox cp ID:PATH LOCAL\n       cove sandbox cp LOCAL ID:PATH\n\nCopies a file or folder between this machine and a sandbox; into PATH when it is a folder.\n",
 	"stop":   "Usage: cove sandbox stop ID...\n\nStops sandboxes; their disk is kept (cove sandbox resume ID).\n",
 	"resume": "Usage: cove sandbox resume ID...\n\nStarts stopped sandboxes again, with their disk.\n",
-	"fork":   "Usage: cove sandbox fork ID\n\nMakes a new sandbox with a copy of ID's disk; prints its id.\n",
+	"fork":   "Usage: cove sandbox fork [--count N] ID\n\nMakes N (default 1) new running sandboxes, each a copy of ID's disk and, of a running gvisor sandbox, of its processes and memory (checkpointed once); prints their ids, one a line.\n",
+	"pause":  "Usage: cove sandbox pause [--keep-memory] ID...\n\nPauses running sandboxes. A gvisor sandbox keeps its processes and memory: cove sandbox resume brings them back where they were. A native sandbox cannot: it is stopped with its disk (its processes end), and pause says so; --keep-memory refuses that instead.\n",
 	"drain":  "Usage: cove sandbox drain\n\nDeletes the sandboxes kept ready for COVE_POOL.\n",
 }

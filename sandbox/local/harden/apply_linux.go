@@ -54,7 +54,7 @@ func Apply(opts Options) (Report, error) {
 		r.NoNewPrivs = true
 	}
 
-	if why := seccompMissing(); why != "" {
+	if why := seccompMissing(); why != "" && !opts.GVisor {
 		r.Skipped = append(r.Skipped, why)
 	} else if !r.NoNewPrivs {
 		r.Skipped = append(r.Skipped, "seccomp: needs no_new_privs")

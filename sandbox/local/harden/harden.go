@@ -154,6 +154,11 @@ type Options struct {
 	// DefaultWritable(). Paths that do not exist are skipped and named in
 	// the Report.
 	Writable []string
+	// GVisor says the daemon runs on gVisor's kernel, which has the
+	// filter's errno action but does not answer the kernel's question
+	// whether it has it (SECCOMP_GET_ACTION_AVAIL): Apply installs the
+	// filter without asking, and an install error is an error.
+	GVisor bool
 }
 
 // Report says what Apply put in place, for the daemon's log. A layer the

@@ -35,6 +35,12 @@ import (
 // into it, brings up loopback, hardens itself and then serves as the
 // sandbox's daemon on the socket the supervisor opened.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) == 1 && args[0] == "--gvisor" {
+		return MainGVisor(ctx, stderr)
+	}
+	if len(args) == 3 && args[0] == "--gvisor-net" {
+		return readdressGVisor(args[1], args[2])
+	}
 	if len(args) != 2 || args[0] != "--dir" {
 		return errors.New("usage: cove local-init --dir DIR (started by the supervisor, not by hand)")
 	}

@@ -73,11 +73,16 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		initCmd = []string{exe}
 	}
 
-	cmd, release, err := startInit(ctx, dir, initCmd, st, stderr, log)
+	gvisor := st.Info.Spec.Isolation == sandbox.IsolationGVisor
+	start := startInit
+	if gvisor {
+		start = gvisorStart
+	}
+	cmd, release, err := start(ctx, dir, initCmd, st, stderr, log)
 	if err != nil {
 		return err
 	}
-	if n := st.Init.Net; n != nil {
+	if n := st.Init.Net; n != nil && !gvisor {
 		// pid 1 waits for its end of the pair before its daemon serves.
 		if err = host.NetUp(filepath.Dir(dir), st.Info.ID, n, cmd.Process.Pid); err != nil {
 			err = fmt.Errorf("setting up the sandbox's network: %w", err)

@@ -6,6 +6,7 @@ import "github.com/cove-sandbox/cove/api"
 // server test holds it to the routes the server registers).
 var Routes = []Route{
 	{Pattern: "GET /health", Summary: "Liveness: {\"status\":\"ok\"}", Response: map[string]string{}, Public: true},
+	{Pattern: "GET /ready", Summary: "Readiness: 200 {\"status\":\"ready\"} when this server can serve (its store answers within a second), else 503 {\"status\":\"unavailable\",\"reason\":...}", Response: map[string]string{}, Public: true},
 	{Pattern: "GET /openapi.json", Summary: "This document", Response: map[string]any{}, Public: true},
 	{Pattern: "GET /metrics", Summary: "Prometheus metrics (text exposition format)", Response: "text/plain", Public: true},
 
@@ -17,13 +18,15 @@ var Routes = []Route{
 	{Pattern: "PUT /v1/teams/{team}/quota", Summary: "Set a team's quota (admin): running sandboxes, total CPUs and memory; 0 is unlimited", Request: api.Quota{}, Response: api.Quota{}},
 	{Pattern: "GET /v1/teams/{team}/quota", Summary: "A team's quota (your own; admin: any)", Response: api.Quota{}},
 
-	{Pattern: "POST /v1/sandboxes", Summary: "Create a sandbox", Request: api.CreateSandbox{}, Response: api.Sandbox{}, Status: 201},
+	{Pattern: "POST /v1/sandboxes", Summary: "Create a sandbox. With an Idempotency-Key header (1 to 255 of letters, digits and -_.:+/=~), a retry with the same key and body answers the same sandbox (Idempotent-Replayed: true); another body is a 422, a key still in flight a 409 to retry", Request: api.CreateSandbox{}, Response: api.Sandbox{}, Status: 201},
 	{Pattern: "GET /v1/sandboxes", Summary: "List the team's sandboxes, a page at a time", Query: []string{"state: running or stopped", "label: key=value (repeatable; all must match)", "limit: 1 to 1000 (default 100)", "cursor: next_cursor of the previous page"}, Response: api.SandboxList{}},
 	{Pattern: "GET /v1/sandboxes/{id}", Summary: "Describe a sandbox (does not count as activity)", Response: api.Sandbox{}},
 	{Pattern: "DELETE /v1/sandboxes/{id}", Summary: "Delete a sandbox and its disk"},
 	{Pattern: "POST /v1/sandboxes/{id}/stop", Summary: "Stop a sandbox, keeping its disk", Response: api.Sandbox{}},
 	{Pattern: "POST /v1/sandboxes/{id}/resume", Summary: "Resume a stopped sandbox with its disk; its TTL starts again", Response: api.Sandbox{}},
-	{Pattern: "POST /v1/sandboxes/{id}/fork", Summary: "Copy a sandbox's disk into a new running sandbox", Response: api.Sandbox{}, Status: 201},
+	{Pattern: "POST /v1/sandboxes/{id}/pause", Summary: "Pause a running sandbox without its TTL: a gvisor sandbox keeps its processes and memory (keep_memory false: the disk only), a native one its disk (keep_memory true is refused there); resume brings it back", Request: api.Pause{}, Response: api.Sandbox{}},
+	{Pattern: "POST /v1/sandboxes/{id}/fork", Summary: "Copy a sandbox into a new running sandbox: its disk, and a running gvisor sandbox's processes and memory too", Response: api.Sandbox{}, Status: 201},
+	{Pattern: "POST /v1/sandboxes/{id}/forks", Summary: "Make count copies of a sandbox at once (a running gvisor sandbox is checkpointed once); answers with the copies", Request: api.Fork{}, Response: api.SandboxList{}, Status: 201},
 	{Pattern: "POST /v1/sandboxes/{id}/ttl", Summary: "Set the TTL: the sandbox expires ttl_seconds from now", Request: api.SetTTL{}, Response: api.Sandbox{}},
 
 	{Pattern: "POST /v1/sandboxes/{id}/exec", Summary: "Run a command; the response streams api.ExecEvent lines (start, stdout, stderr, exit)", Request: api.Exec{}, Response: NDJSON},
@@ -93,8 +96,13 @@ var FieldDocs = map[string]map[string]any{
 		"minimum": api.MinDiskBytes, "maximum": int64(api.MaxDiskBytes)},
 	"CreateSandbox.pids": {"description": "the most processes and threads at once; 0 or absent is the size's; 32 up to the server's maximum (8192 unless its operator sets cove serve --max-pids), or -1 for no limit where the operator allows it (--allow-unlimited-pids)",
 		"minimum": api.PidsUnlimited},
-	"CreateSandbox.labels":  {"description": "keys 1 to 63 bytes, not starting with cove., without \"=\"; values at most 256 bytes; neither with control characters or invalid UTF-8"},
-	"Sandbox.pids":          {"description": "the pids limit; -1 for none"},
+	"CreateSandbox.labels": {"description": "keys 1 to 63 bytes, not starting with cove., without \"=\"; values at most 256 bytes; neither with control characters or invalid UTF-8"},
+	"Sandbox.pids":         {"description": "the pids limit; -1 for none"},
+	"CreateSandbox.isolation": {"description": "the wall between the sandbox and the host: native (the default; the host's kernel behind namespaces, seccomp and Landlock) or gvisor (gVisor's user-space kernel; its pause and fork keep processes and memory; 503 unavailable where the server has no runsc)",
+		"enum": []string{"native", "gvisor"}},
+	"Sandbox.isolation":     {"description": "native or gvisor"},
+	"Sandbox.paused":        {"description": "a stopped sandbox that kept its processes and memory: resume brings them back"},
+	"Fork.count":            {"description": "how many copies", "minimum": 1, "maximum": api.MaxForks},
 	"RunAgent.base_url":     {"description": "an OpenAI-compatible endpoint; one other than the server's own is reached only at a public address unless the server's operator allows others (cove serve --outbound-allow)"},
 	"CreateRun.webhook_url": {"description": "receives a signed POST each time the run stops; reached only at a public address unless the server's operator allows others (cove serve --outbound-allow)"},
 }

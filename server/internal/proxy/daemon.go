@@ -19,27 +19,36 @@ import (
 // envd. Each request dials the daemon afresh and no connection is kept:
 // nothing stale outlives a stop, a resume or a delete.
 
-// DaemonEndpoint is where a session's daemon is dialed, and its token;
-// ok is false when the session's runtime does not reach it directly.
-func DaemonEndpoint(sess sandbox.Session) (network, address, token string, ok bool) {
+// DaemonEndpoint is how a session's daemon is dialed, and its token; ok
+// is false when the session's runtime does not reach it directly. A
+// session that dials its daemon its own way (guest.DaemonDialer: a
+// socket opened without following links, a pod the runtime finds) is
+// dialed that way; others at their address.
+func DaemonEndpoint(sess sandbox.Session) (dial func(context.Context) (net.Conn, error), token string, ok bool) {
 	var addr string
 	if ep, isEP := sess.(guest.Endpointer); isEP {
 		addr, token = ep.Endpoint()
 	}
-	network, address, ok = daemonAddr(addr)
-	return network, address, token, ok
+	network, address, ok := daemonAddr(addr)
+	if !ok {
+		return nil, "", false
+	}
+	if dd, isDD := sess.(guest.DaemonDialer); isDD {
+		return dd.DialDaemon, token, true
+	}
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, network, address) }, token, true
 }
 
-// Daemon is a reverse proxy to the daemon of sandbox id, dialed at
-// network and address. rewrite sets the path of the outgoing request
+// Daemon is a reverse proxy to the daemon of sandbox id, dialed with
+// dial (DaemonEndpoint's). rewrite sets the path of the outgoing request
 // (and takes out what the daemon must not see); the daemon's token
 // replaces whatever X-Access-Token the client sent. Streams are flushed
 // as they come, upgraded connections spliced, and the bytes metered at
 // the connection, so tunnels count too. fail answers a request the
 // daemon did not (unless the client left); the cause goes to the log
 // only, as it names host paths.
-func (px *Proxy) Daemon(id, network, address, token string, rewrite func(out, in *http.Request), fail func(w http.ResponseWriter, r *http.Request, err error)) *httputil.ReverseProxy {
-	var d net.Dialer
+func (px *Proxy) Daemon(id string, dial func(context.Context) (net.Conn, error), token string, rewrite func(out, in *http.Request), fail func(w http.ResponseWriter, r *http.Request, err error)) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
@@ -56,7 +65,7 @@ func (px *Proxy) Daemon(id, network, address, token string, rewrite func(out, in
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				conn, err := d.DialContext(ctx, network, address)
+				conn, err := dial(ctx)
 				if err != nil {
 					return nil, err
 				}

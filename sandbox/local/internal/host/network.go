@@ -136,6 +136,15 @@ func NetUp(runtimeDir, id string, n *sbdir.Net, pid int) error {
 		return fmt.Errorf("opening the sandbox's network namespace: %w", err)
 	}
 	defer ns.Close()
+	return NetUpNS(runtimeDir, id, n, ns, false)
+}
+
+// NetUpNS is NetUp for the network namespace ns, which a gVisor
+// sandbox's supervisor makes before runsc starts: gVisor's netstack
+// takes the namespace's interfaces as they are when it boots.
+// With keepAddr it takes the sandbox's last /30 again when that is free:
+// a restored gVisor sandbox's netstack still has its old addresses.
+func NetUpNS(runtimeDir, id string, n *sbdir.Net, ns netns.NsHandle, keepAddr bool) error {
 	// The sandbox end is born in the sandbox's namespace and takes its
 	// IPv6 defaults: off, so it never gets even a link-local address.
 	// Loopback keeps ::1 (it never leaves the namespace, and programs
@@ -147,7 +156,11 @@ func NetUp(runtimeDir, id string, n *sbdir.Net, pid int) error {
 	if err != nil {
 		return err
 	}
-	gw, addr, err := reserve(id, n, ns)
+	prefer := netip.Prefix{}
+	if keepAddr {
+		prefer = n.Addr
+	}
+	gw, addr, err := reserve(id, n, ns, prefer)
 	unlock()
 	if err == nil {
 		// Recorded before the sandbox end is routed: from then on pid 1
@@ -177,14 +190,14 @@ func NetUp(runtimeDir, id string, n *sbdir.Net, pid int) error {
 // and the sandbox's rules, all before either end is up, so no packet of
 // the sandbox's passes unfiltered. On failure the caller undoes it
 // (NetDown).
-func reserve(id string, n *sbdir.Net, ns netns.NsHandle) (gw, addr netip.Prefix, err error) {
+func reserve(id string, n *sbdir.Net, ns netns.NsHandle, prefer netip.Prefix) (gw, addr netip.Prefix, err error) {
 	if err := forwardingOn(); err != nil {
 		return gw, addr, err
 	}
 	if old, err := netlink.LinkByName(n.HostIf); err == nil {
 		netlink.LinkDel(old) // left by a supervisor killed mid-start
 	}
-	if gw, addr, err = pickSubnet(n.Range); err != nil {
+	if gw, addr, err = pickSubnet(n.Range, prefer); err != nil {
 		return gw, addr, err
 	}
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.HostIf}, PeerName: n.PeerIf, PeerNamespace: netlink.NsFd(int(ns))}
@@ -304,7 +317,7 @@ func ipv6Off(ifname string) error {
 // sandboxes' subnets are carved from. The caller holds the network lock
 // until the gateway address is on the host end, which is what makes the
 // /30 taken for the next caller.
-func pickSubnet(rng netip.Prefix) (gw, addr netip.Prefix, err error) {
+func pickSubnet(rng, prefer netip.Prefix) (gw, addr netip.Prefix, err error) {
 	rng = rng.Masked()
 	if !rng.Addr().Is4() || rng.Bits() > 30 {
 		return gw, addr, fmt.Errorf("sandbox network range %s: want an IPv4 range of /30 or larger: %w", rng, sandbox.ErrInvalid)
@@ -341,14 +354,24 @@ func pickSubnet(rng netip.Prefix) (gw, addr netip.Prefix, err error) {
 			used[i] = true
 		}
 	}
+	slot := func(i int) (gw, addr netip.Prefix) {
+		ip := func(n uint32) netip.Addr {
+			var b [4]byte
+			binary.BigEndian.PutUint32(b[:], base+uint32(i)*4+n)
+			return netip.AddrFrom4(b)
+		}
+		return netip.PrefixFrom(ip(1), 30), netip.PrefixFrom(ip(2), 30)
+	}
+	if prefer.IsValid() && rng.Contains(prefer.Addr()) {
+		if i := int((binary.BigEndian.Uint32(prefer.Addr().AsSlice()) - base) / 4); !used[i] {
+			gw, addr = slot(i)
+			return gw, addr, nil
+		}
+	}
 	for i, u := range used {
 		if !u {
-			ip := func(n uint32) netip.Addr {
-				var b [4]byte
-				binary.BigEndian.PutUint32(b[:], base+uint32(i)*4+n)
-				return netip.AddrFrom4(b)
-			}
-			return netip.PrefixFrom(ip(1), 30), netip.PrefixFrom(ip(2), 30), nil
+			gw, addr = slot(i)
+			return gw, addr, nil
 		}
 	}
 	return gw, addr, fmt.Errorf("every /30 of the sandbox network range %s is in use on this host (by sandboxes, or by the host's own addresses and routes): stop networked sandboxes, or give the runtime another range: %w", rng, sandbox.ErrLimit)

@@ -17,6 +17,7 @@ import (
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/local/cgroup"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/runsc"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
 
@@ -57,9 +58,15 @@ func Acquire(ctx context.Context, dir string, st *sbdir.State, log *slog.Logger)
 		old.Delete(ctx) // left by a supervisor that died
 	}
 	limits := cgroupLimits(st.Info.Spec.Limits)
+	if st.Info.Spec.Isolation == sandbox.IsolationGVisor && limits.MemoryBytes > 0 {
+		limits.MemoryBytes += runsc.MemoryOverhead
+	}
 	nested := root.Version() != cgroup.V2
 	if nested {
 		limits = withReserve(limits)
+	}
+	if st.Info.Spec.Isolation == sandbox.IsolationGVisor {
+		limits.Pids = gvisorHostPids(cgroupLimits(st.Info.Spec.Limits).Pids)
 	}
 	grp, err = root.New(name, limits)
 	if err != nil {
@@ -120,6 +127,20 @@ const (
 	// per blocking system call in flight).
 	DaemonPids = 128
 )
+
+// gvisorHostPids is the host pids limit of a gVisor sandbox whose
+// commands may hold pids (0: none): gVisor's own pids cgroup holds the
+// commands to pids inside (see package pid1's gvisor.go), and on the host
+// each of the sandbox's processes costs gVisor two or three tasks (a
+// systrap stub process and its threads), beside about 35 of the Sentry,
+// the gofer and runsc. The host's limit leaves room for all of them, so
+// a bomb meets the sandbox's limit and never the Sentry the host's.
+func gvisorHostPids(pids int) int {
+	if pids <= 0 {
+		return 0
+	}
+	return 3*pids + DaemonPids
+}
 
 // workControllers are the hierarchies the commands' group is made in:
 // those whose limits must spare the daemon. CPU stays shared: a busy

@@ -47,6 +47,9 @@ type State struct {
 	CgroupRoot string `json:"cgroup_root,omitempty"`
 	// Init is the config handed to pid 1.
 	Init Init `json:"init"`
+	// Runsc is the runsc program of a gVisor sandbox (Spec.Isolation),
+	// found when it was made.
+	Runsc string `json:"runsc,omitempty"`
 }
 
 // Init is what the supervisor hands the sandbox's first process,

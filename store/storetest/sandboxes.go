@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func sb(id, team string, i int, pairs ...string) store.Sandbox {
 	}
 }
 
-func putSandboxes(t *testing.T, s *Store, sbs ...store.Sandbox) {
+func putSandboxes(t *testing.T, s *testStore, sbs ...store.Sandbox) {
 	t.Helper()
 	for _, x := range sbs {
 		if err := s.PutSandbox(t.Context(), x); err != nil {
@@ -43,9 +43,8 @@ func putSandboxes(t *testing.T, s *Store, sbs ...store.Sandbox) {
 	}
 }
 
-func TestPutGetSandbox(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testPutGetSandbox(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	full := store.Sandbox{
 		ID:     "sb-full",
@@ -112,33 +111,7 @@ func TestPutGetSandbox(t *testing.T) {
 		t.Errorf("after another team's put (-want +got):\n%s", diff)
 	}
 
-	t.Run("replace", func(t *testing.T) {
-		next := full
-		next.State = store.StateRunning
-		next.StoppedAt = time.Time{}
-		next.Spec.Labels = map[string]string{"run": "r2"}
-		checkErr(t, s.PutSandbox(ctx, next), nil)
-		got, err := s.GetSandbox(ctx, teamA.ID, full.ID)
-		checkErr(t, err, nil)
-		if diff := cmp.Diff(next, got); diff != "" {
-			t.Errorf("GetSandbox after replace (-want +got):\n%s", diff)
-		}
-		// The label index follows the spec.
-		for _, tc := range []struct {
-			labels map[string]string
-			want   int
-		}{
-			{map[string]string{"run": "r2"}, 1},
-			{map[string]string{"run": "r1"}, 0},
-			{map[string]string{"a.b/c": `q"uote`}, 0},
-		} {
-			page, _, err := s.ListSandboxes(ctx, store.SandboxFilter{Labels: tc.labels})
-			checkErr(t, err, nil)
-			if len(page) != tc.want {
-				t.Errorf("labels %v: got %d sandboxes, want %d", tc.labels, len(page), tc.want)
-			}
-		}
-	})
+	t.Run("replace", func(t *testing.T) { testReplaceSandbox(t, s, full) })
 
 	t.Run("get", func(t *testing.T) {
 		_, err := s.GetSandbox(ctx, teamA.ID, "nope")
@@ -148,9 +121,39 @@ func TestPutGetSandbox(t *testing.T) {
 	})
 }
 
-func TestTouchSandbox(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+// testReplaceSandbox: a put of an existing sandbox replaces the record,
+// and its label index follows the new spec.
+func testReplaceSandbox(t *testing.T, s *testStore, full store.Sandbox) {
+	ctx := t.Context()
+	next := full
+	next.State = store.StateRunning
+	next.StoppedAt = time.Time{}
+	next.Spec.Labels = map[string]string{"run": "r2"}
+	checkErr(t, s.PutSandbox(ctx, next), nil)
+	got, err := s.GetSandbox(ctx, teamA.ID, full.ID)
+	checkErr(t, err, nil)
+	if diff := cmp.Diff(next, got); diff != "" {
+		t.Errorf("GetSandbox after replace (-want +got):\n%s", diff)
+	}
+	// The label index follows the spec.
+	for _, tc := range []struct {
+		labels map[string]string
+		want   int
+	}{
+		{map[string]string{"run": "r2"}, 1},
+		{map[string]string{"run": "r1"}, 0},
+		{map[string]string{"a.b/c": `q"uote`}, 0},
+	} {
+		page, _, err := s.ListSandboxes(ctx, store.SandboxFilter{Labels: tc.labels})
+		checkErr(t, err, nil)
+		if len(page) != tc.want {
+			t.Errorf("labels %v: got %d sandboxes, want %d", tc.labels, len(page), tc.want)
+		}
+	}
+}
+
+func (h *harness) testTouchSandbox(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	x := sb("sb-1", teamA.ID, 0)
 	putSandboxes(t, s, x, store.Sandbox{ID: "sb-idle", TeamID: teamA.ID, State: "running", CreatedAt: t0})
@@ -189,9 +192,8 @@ func TestTouchSandbox(t *testing.T) {
 	checkErr(t, s.TouchSandbox(ctx, "nope", t0), sandbox.ErrNotFound, "sandbox nope not found")
 }
 
-func TestDeleteSandbox(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testDeleteSandbox(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	putSandboxes(t, s, sb("sb-1", teamA.ID, 0, "k", "v"))
 
@@ -218,9 +220,8 @@ func ids(sbs []store.Sandbox) []string {
 	return out
 }
 
-func TestListSandboxes(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testListSandboxes(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	stopped := sb("a-stopped", teamA.ID, 3, "env", "prod")
 	stopped.State = store.StateStopped
@@ -290,9 +291,8 @@ func TestListSandboxes(t *testing.T) {
 	}
 }
 
-func TestListSandboxesPages(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testListSandboxesPages(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	var want []string
 	for i := range 7 {
@@ -341,7 +341,7 @@ func TestListSandboxesPages(t *testing.T) {
 		// As the server's reconciliation does: delete records of a page,
 		// the last included, then ask for the next page.
 		now := t0.Add(time.Hour)
-		s.now = func() time.Time { return now }
+		s.setNow(func() time.Time { return now })
 		f := store.SandboxFilter{TeamID: teamA.ID, Labels: map[string]string{"env": "prod"}, Limit: 3}
 		page, next, err := s.ListSandboxes(ctx, f)
 		checkErr(t, err, nil)
@@ -364,19 +364,17 @@ func TestListSandboxesPages(t *testing.T) {
 		checkErr(t, s.DeleteSandbox(ctx, page[0].ID), nil)
 		_, _, err = s.ListSandboxes(ctx, f)
 		checkErr(t, err, sandbox.ErrInvalid, next, "from the start")
-		var n int
-		if err := s.queryRow(ctx, `SELECT count(*) FROM deleted_sandboxes`).Scan(&n); err != nil {
-			t.Fatal(err)
+		if h.tg.KeptDeleted == nil {
+			return
 		}
-		if n != 1 {
+		if n := h.tg.KeptDeleted(t, s.Store); n != 1 {
 			t.Errorf("got %d deleted sandboxes kept, want 1 (the last)", n)
 		}
 	})
 }
 
-func TestListSandboxesDefaultLimit(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testListSandboxesDefaultLimit(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	for i := range defaultLimit + 1 {
 		putSandboxes(t, s, sb(fmt.Sprintf("sb-%03d", i), teamA.ID, i))
@@ -390,26 +388,5 @@ func TestListSandboxesDefaultLimit(t *testing.T) {
 	checkErr(t, err, nil)
 	if diff := cmp.Diff([]string{"sb-100"}, ids(page)); diff != "" || next != "" {
 		t.Errorf("second page: got %v, cursor %q; want [sb-100] and no cursor", ids(page), next)
-	}
-}
-
-func TestPageLimit(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in, want int
-		wantErr  error
-	}{
-		{0, 100, nil},
-		{1, 1, nil},
-		{1000, 1000, nil},
-		{1001, 1000, nil},
-		{1 << 40, 1000, nil},
-		{-1, 0, sandbox.ErrInvalid},
-	} {
-		got, err := pageLimit(tc.in)
-		checkErr(t, err, tc.wantErr)
-		if got != tc.want {
-			t.Errorf("pageLimit(%d): got %d, want %d", tc.in, got, tc.want)
-		}
 	}
 }

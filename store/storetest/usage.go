@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"math"
@@ -22,9 +22,8 @@ func use(team, sandbox string, from, to int, cpu float64, bytesIn int64) store.U
 	}
 }
 
-func TestAddUsage(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testAddUsage(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	for _, tc := range []struct {
 		name    string
@@ -51,9 +50,8 @@ func TestAddUsage(t *testing.T) {
 	}
 }
 
-func TestUsageByTeam(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testUsageByTeam(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	// The range is minutes [60, 120).
 	for _, u := range []store.Usage{

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"encoding/json"
@@ -12,9 +12,8 @@ import (
 	"github.com/cove-sandbox/cove/store"
 )
 
-func TestRuns(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testRuns(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	run := func(id, team string, at time.Time) store.Run {
 		return store.Run{ID: id, TeamID: team, SandboxID: "sb-" + id, Status: "running", Config: json.RawMessage(`{"agent":{}}`),
@@ -78,9 +77,8 @@ func TestRuns(t *testing.T) {
 	checkErr(t, err, sandbox.ErrInvalid, "not a run")
 }
 
-func TestRunEvents(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testRunEvents(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	rec := store.Run{ID: "r", TeamID: teamA.ID, Status: "running", Config: json.RawMessage(`{}`), CreatedAt: t0, UpdatedAt: t0}
 	if err := s.PutRun(ctx, rec); err != nil {
@@ -131,9 +129,8 @@ func TestRunEvents(t *testing.T) {
 	checkErr(t, s.AppendRunEvents(ctx, []store.RunEvent{{RunID: "nope", Seq: 1, Type: "x", Data: json.RawMessage(`{}`)}}), sandbox.ErrNotFound)
 }
 
-func TestSecrets(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testSecrets(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	if err := s.PutSecret(ctx, store.Secret{TeamID: teamA.ID, Name: "OPENAI_API_KEY", Value: []byte("sealed-1"), UpdatedAt: t0}); err != nil {
 		t.Fatal(err)

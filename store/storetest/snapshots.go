@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"testing"
@@ -10,9 +10,8 @@ import (
 	"github.com/cove-sandbox/cove/store"
 )
 
-func TestSnapshots(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testSnapshots(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	snapA := store.Snapshot{ID: "snap-a", TeamID: teamA.ID, SandboxID: "sb-gone", Size: 1 << 20, CreatedAt: t0}
 	snapA2 := store.Snapshot{ID: "snap-a2", TeamID: teamA.ID, SandboxID: "sb-1", CreatedAt: t0.Add(time.Second)}
@@ -90,9 +89,8 @@ func TestSnapshots(t *testing.T) {
 	})
 }
 
-func TestPorts(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testPorts(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	putSandboxes(t, s, sb("sb-1", teamA.ID, 0), sb("sb-2", teamB.ID, 0))
 	web := store.Port{SandboxID: "sb-1", Port: 8080, Public: true, CreatedAt: t0}
@@ -179,16 +177,21 @@ func TestPorts(t *testing.T) {
 		checkErr(t, err, sandbox.ErrNotFound)
 	})
 
-	t.Run("go with their sandbox", func(t *testing.T) {
-		checkErr(t, s.DeleteSandbox(ctx, "sb-1"), nil)
-		got, err := s.ListPorts(ctx, "sb-1")
-		checkErr(t, err, nil)
-		if len(got) != 0 {
-			t.Errorf("ports of a deleted sandbox: %+v", got)
-		}
-		// A new sandbox of the same id does not inherit them.
-		putSandboxes(t, s, sb("sb-1", teamA.ID, 1))
-		_, err = s.GetPort(ctx, "sb-1", web.Port)
-		checkErr(t, err, sandbox.ErrNotFound)
-	})
+	t.Run("go with their sandbox", func(t *testing.T) { testPortsGoWithSandbox(t, s, web) })
+}
+
+// testPortsGoWithSandbox: a deleted sandbox's ports go with it, and a
+// new sandbox of the same id does not inherit them.
+func testPortsGoWithSandbox(t *testing.T, s *testStore, web store.Port) {
+	ctx := t.Context()
+	checkErr(t, s.DeleteSandbox(ctx, "sb-1"), nil)
+	got, err := s.ListPorts(ctx, "sb-1")
+	checkErr(t, err, nil)
+	if len(got) != 0 {
+		t.Errorf("ports of a deleted sandbox: %+v", got)
+	}
+	// A new sandbox of the same id does not inherit them.
+	putSandboxes(t, s, sb("sb-1", teamA.ID, 1))
+	_, err = s.GetPort(ctx, "sb-1", web.Port)
+	checkErr(t, err, sandbox.ErrNotFound)
 }

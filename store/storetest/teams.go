@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"testing"
@@ -16,9 +16,9 @@ var (
 )
 
 // withTeams returns a new store holding teamA and teamB.
-func withTeams(t *testing.T) *Store {
+func (h *harness) withTeams(t *testing.T) *testStore {
 	t.Helper()
-	s := newStore(t)
+	s := h.newStore(t)
 	for _, tm := range []store.Team{teamA, teamB} {
 		if err := s.CreateTeam(t.Context(), tm); err != nil {
 			t.Fatal(err)
@@ -27,9 +27,8 @@ func withTeams(t *testing.T) *Store {
 	return s
 }
 
-func TestTeams(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testTeams(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 
 	t.Run("create", func(t *testing.T) {
@@ -92,9 +91,8 @@ func TestTeams(t *testing.T) {
 	})
 }
 
-func TestListTeamsEmpty(t *testing.T) {
-	t.Parallel()
-	got, err := newStore(t).ListTeams(t.Context())
+func (h *harness) testListTeamsEmpty(t *testing.T) {
+	got, err := h.newStore(t).ListTeams(t.Context())
 	checkErr(t, err, nil)
 	if got == nil || len(got) != 0 {
 		t.Errorf("got %#v, want an empty, non-nil list (it encodes as [], not null)", got)
@@ -103,9 +101,8 @@ func TestListTeamsEmpty(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func TestKeys(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testKeys(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	keyA := store.APIKey{ID: "key-a", TeamID: teamA.ID, Name: "ci", Prefix: "cove_aa", Hash: "hash-a", Admin: true, CreatedAt: t0}
 	keyB := store.APIKey{ID: "key-b", TeamID: teamB.ID, Name: "dev", Prefix: "cove_bb", Hash: "hash-b", CreatedAt: t0.Add(time.Minute)}
@@ -154,8 +151,8 @@ func TestKeys(t *testing.T) {
 
 	t.Run("by hash", func(t *testing.T) {
 		now := t0.Add(24 * time.Hour)
-		s.now = func() time.Time { return now }
-		defer func() { s.now = time.Now }()
+		s.setNow(func() time.Time { return now })
+		defer s.setNow(nil)
 
 		for _, tc := range []struct {
 			name     string
@@ -194,39 +191,45 @@ func TestKeys(t *testing.T) {
 		}
 	})
 
-	t.Run("revoke", func(t *testing.T) {
-		revokedAt := t0.Add(48 * time.Hour)
-		s.now = func() time.Time { return revokedAt }
-		defer func() { s.now = time.Now }()
-		for _, tc := range []struct {
-			name    string
-			team    string
-			id      string
-			wantErr error
-		}{
-			{"another team's key", teamB.ID, keyA.ID, sandbox.ErrNotFound},
-			{"unknown", teamA.ID, "nope", sandbox.ErrNotFound},
-			{"empty id", teamA.ID, "", sandbox.ErrInvalid},
-			{"own key", teamA.ID, keyA.ID, nil},
-			{"again", teamA.ID, keyA.ID, nil},
-			{"any team", "", keyB.ID, nil},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				checkErr(t, s.RevokeKey(ctx, tc.team, tc.id), tc.wantErr)
-			})
+	t.Run("revoke", func(t *testing.T) { testRevokeKeys(t, s, keyA, keyB, old) })
+}
+
+// testRevokeKeys: a team revokes its own keys only (an admin any), a
+// revoked key no longer authenticates, and revoking again keeps the
+// first time.
+func testRevokeKeys(t *testing.T, s *testStore, keyA, keyB, old store.APIKey) {
+	ctx := t.Context()
+	revokedAt := t0.Add(48 * time.Hour)
+	s.setNow(func() time.Time { return revokedAt })
+	defer s.setNow(nil)
+	for _, tc := range []struct {
+		name    string
+		team    string
+		id      string
+		wantErr error
+	}{
+		{"another team's key", teamB.ID, keyA.ID, sandbox.ErrNotFound},
+		{"unknown", teamA.ID, "nope", sandbox.ErrNotFound},
+		{"empty id", teamA.ID, "", sandbox.ErrInvalid},
+		{"own key", teamA.ID, keyA.ID, nil},
+		{"again", teamA.ID, keyA.ID, nil},
+		{"any team", "", keyB.ID, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkErr(t, s.RevokeKey(ctx, tc.team, tc.id), tc.wantErr)
+		})
+	}
+	for _, k := range []store.APIKey{keyA, keyB} {
+		_, err := s.KeyByHash(ctx, k.Hash)
+		checkErr(t, err, sandbox.ErrNotFound, "api key not found")
+		if got := findKey(t, s, k.ID).RevokedAt; got == nil || !got.Equal(revokedAt) {
+			t.Errorf("key %s revoked at %v, want %v", k.ID, got, revokedAt)
 		}
-		for _, k := range []store.APIKey{keyA, keyB} {
-			_, err := s.KeyByHash(ctx, k.Hash)
-			checkErr(t, err, sandbox.ErrNotFound, "api key not found")
-			if got := findKey(t, s, k.ID).RevokedAt; got == nil || !got.Equal(revokedAt) {
-				t.Errorf("key %s revoked at %v, want %v", k.ID, got, revokedAt)
-			}
-		}
-		// Revoking again kept the first time.
-		if got := findKey(t, s, old.ID).RevokedAt; !got.Equal(*old.RevokedAt) {
-			t.Errorf("key %s revoked at %v, want %v", old.ID, got, *old.RevokedAt)
-		}
-	})
+	}
+	// Revoking again kept the first time.
+	if got := findKey(t, s, old.ID).RevokedAt; !got.Equal(*old.RevokedAt) {
+		t.Errorf("key %s revoked at %v, want %v", old.ID, got, *old.RevokedAt)
+	}
 }
 
 func withUse(k store.APIKey, t time.Time) store.APIKey {
@@ -234,7 +237,7 @@ func withUse(k store.APIKey, t time.Time) store.APIKey {
 	return k
 }
 
-func findKey(t *testing.T, s *Store, id string) store.APIKey {
+func findKey(t *testing.T, s *testStore, id string) store.APIKey {
 	t.Helper()
 	keys, err := s.ListKeys(t.Context(), "")
 	if err != nil {

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"testing"
@@ -10,9 +10,8 @@ import (
 // TestTenancy: team B, knowing the ids of team A's sandbox, snapshot and
 // key, can neither see nor change them; afterwards team A still has all
 // of them as they were.
-func TestTenancy(t *testing.T) {
-	t.Parallel()
-	s := withTeams(t)
+func (h *harness) testTenancy(t *testing.T) {
+	s := h.withTeams(t)
 	ctx := t.Context()
 	sbA := sb("sb-a", teamA.ID, 0, "env", "prod")
 	snapA := store.Snapshot{ID: "snap-a", TeamID: teamA.ID, SandboxID: sbA.ID, CreatedAt: t0}
