@@ -298,7 +298,7 @@ func TestE2BNetworkEgress(t *testing.T) {
 			ts := newTestServer(t, Config{E2BNetwork: setting})
 			key := ts.e2bKey(t, "egress")
 			sb := ts.e2bCreate(t, key, map[string]any{})
-			out := ts.exec(t, key, sb.SandboxID, `timeout 5 bash -c 'exec 3<>/dev/tcp/198.51.100.10/8080 && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3' 2>&1; echo exit=$?`)
+			out := ts.exec(t, key, sb.SandboxID, `timeout 5 bash -c 'exec 3<>/dev/tcp/198.18.9.10/8080 && printf "GET / HTTP/1.0\r\n\r\n" >&3 && cat <&3' 2>&1; echo exit=$?`)
 			reached := strings.Contains(out, "hello from the outside")
 			if reached != (setting == "internet") {
 				t.Errorf("setting %s: a default sandbox's request to the internet: %q", setting, out)
@@ -308,10 +308,16 @@ func TestE2BNetworkEgress(t *testing.T) {
 }
 
 // fakeOutside is a network namespace standing in for the internet: an
-// HTTP server on 198.51.100.10:8080 (a documentation address, which
-// sandboxes treat as public) behind a gateway at 10.97.0.10, joined to
-// the host (10.97.0.1) by a veth pair; removed at the end. Addresses
-// differ from sandbox/local's tests', which may run at the same time.
+// HTTP server on 198.18.9.10:8080 (a benchmarking address, which
+// sandboxes treat as public) behind a gateway at 10.97.9.10, joined to
+// the host (10.97.9.1) by a veth pair; removed at the end.
+//
+// go test runs packages at the same time, so these ranges are used by no
+// other package's tests: sandbox/local's take 10.97.1-3.0/24, 10.99.0.0/24,
+// 198.18.1-3.0/24, 198.51.100-102.0/24 and 203.0.113.0/24 (one of them
+// puts 198.51.100.0/24 on the host as its LAN, which sandboxes must not
+// reach, and a route here to the same /24 would both fail to add and be
+// walled off).
 func fakeOutside(t *testing.T) {
 	t.Helper()
 	runtime.LockOSThread()
@@ -344,16 +350,16 @@ func fakeOutside(t *testing.T) {
 		err = netlink.LinkSetNsFd(peer, int(ns))
 	}
 	hl, _ := netlink.LinkByName(hostIf)
-	addr, _ := netlink.ParseAddr("10.97.0.1/24")
+	addr, _ := netlink.ParseAddr("10.97.9.1/24")
 	if err == nil {
 		err = netlink.AddrAdd(hl, addr)
 	}
 	if err == nil {
 		err = netlink.LinkSetUp(hl)
 	}
-	_, dst, _ := net.ParseCIDR("198.51.100.0/24")
+	_, dst, _ := net.ParseCIDR("198.18.9.0/24")
 	if err == nil {
-		err = netlink.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: dst, Gw: net.ParseIP("10.97.0.10")})
+		err = netlink.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: dst, Gw: net.ParseIP("10.97.9.10")})
 	}
 	if err != nil {
 		t.Fatalf("the fake outside, host side: %v", err)
@@ -363,16 +369,16 @@ func fakeOutside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{"10.97.0.10/24", "198.51.100.10/24"} {
+	for _, a := range []string{"10.97.9.10/24", "198.18.9.10/24"} {
 		addr, _ := netlink.ParseAddr(a)
 		if err := netlink.AddrAdd(pl, addr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	netlink.LinkSetUp(pl)
-	netlink.RouteAdd(&netlink.Route{LinkIndex: pl.Attrs().Index, Gw: net.ParseIP("10.97.0.1")})
+	netlink.RouteAdd(&netlink.Route{LinkIndex: pl.Attrs().Index, Gw: net.ParseIP("10.97.9.1")})
 	// The socket keeps the namespace it was made in.
-	l, err := net.Listen("tcp", "198.51.100.10:8080")
+	l, err := net.Listen("tcp", "198.18.9.10:8080")
 	if err != nil {
 		t.Fatal(err)
 	}
