@@ -427,6 +427,14 @@ type MemoryForker interface {
 	ForkMemory(ctx context.Context, id string, n int) ([]Session, error)
 }
 
+// Pinger is a Runtime that depends on a service which can be away (the
+// kube runtime's API server): Ping says whether it answers now, so a
+// server's readiness can include it.
+type Pinger interface {
+	// Ping returns nil if the runtime can serve requests now.
+	Ping(ctx context.Context) error
+}
+
 // Deadliner is a Runtime whose sandboxes' TTL can be moved after
 // creation; the runtime enforces it even when nothing else runs.
 type Deadliner interface {

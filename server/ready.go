@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox"
 )
 
 // Readiness. GET /ready tells a load balancer (or a Kubernetes
@@ -17,7 +19,8 @@ import (
 // names the database's host, and may quote its URL). The error goes to
 // the log, once when readiness is lost and once when it is back.
 
-// readyTimeout bounds how long the store may take to answer a
+// readyTimeout bounds how long the store (and a runtime with a service
+// behind it, such as the kube runtime's API server) may take to answer a
 // readiness check: a probe's own timeout is often 1 s, and a store that
 // takes longer is as good as down to the requests behind it.
 const readyTimeout = 900 * time.Millisecond
@@ -56,6 +59,11 @@ func (s *Server) unready(ctx context.Context) (string, error) {
 	defer cancel()
 	if err := s.cfg.Store.Ping(ctx); err != nil {
 		return "the store does not answer", err
+	}
+	if p, ok := s.cfg.Runtime.(sandbox.Pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			return "the sandbox runtime does not answer", err
+		}
 	}
 	// Sign-ins and team secrets are sealed with it: a replica that
 	// cannot read its key would refuse every session of its peers.

@@ -191,6 +191,13 @@ func defaults(cfg *Config) error {
 	return nil
 }
 
+// Ping lists at most one sandbox record: the API server answers, and
+// the runtime's credentials still read its namespace.
+func (r *Runtime) Ping(ctx context.Context) error {
+	_, err := r.cs.CoreV1().Secrets(r.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox, Limit: 1})
+	return err
+}
+
 // Close ends the runtime's loops and its connections to daemons; the
 // sandboxes keep running.
 func (r *Runtime) Close() error {
