@@ -70,6 +70,11 @@ if [ "$mode" = test ]; then
 	have runc || need+=(runc)
 	[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 	dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+	# kube-router's network policy controller, which enforces the kube
+	# runtime's NetworkPolicy objects on the test cluster, drives iptables
+	# and ipset.
+	have iptables-save || need+=(iptables)
+	have ipset || need+=(ipset)
 fi
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
@@ -161,6 +166,19 @@ if ((${#kube_missing[@]})); then
 			-ldflags "$kube_ldflags" -o "$kube_cache/$bin.tmp" "k8s.io/kubernetes/cmd/$bin"
 		mv "$kube_cache/$bin.tmp" "$kube_cache/$bin"
 	done
+fi
+
+# kube-router, pinned in tools/kuberouter (its go.mod says why this one):
+# the test cluster's NetworkPolicy enforcer. About 2 min of CPU the first
+# time.
+kuberouter_version="$(GOWORK=off go -C "$repo/tools/kuberouter" list -m -f '{{.Version}}' github.com/cloudnativelabs/kube-router/v2)"
+kuberouter_bin="$repo/.cache/kube/kube-router-$kuberouter_version"
+if [ ! -x "$kuberouter_bin" ]; then
+	echo "deps: building kube-router $kuberouter_version into $kuberouter_bin" >&2
+	mkdir -p "$repo/.cache/kube"
+	GOWORK=off CGO_ENABLED=0 go -C "$repo/tools/kuberouter" build -trimpath -buildvcs=false -ldflags "-s -w" \
+		-o "$kuberouter_bin.tmp" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+	mv "$kuberouter_bin.tmp" "$kuberouter_bin"
 fi
 
 # The npm MCP server the MCP adapter's tests run (agent/tool/mcp), in a

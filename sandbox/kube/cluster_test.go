@@ -55,6 +55,11 @@ func setup(t testing.TB) *testEnv {
 }
 
 func makeEnv(t testing.TB, c *kubetest.Cluster) (*testEnv, error) {
+	// As on a production cluster, whose CNI enforces NetworkPolicy: every
+	// test here runs with the sandboxes' policies in force.
+	if err := c.EnforceNetworkPolicy(); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "cove-kube-test-")
 	if err != nil {
 		return nil, err

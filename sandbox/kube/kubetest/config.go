@@ -75,8 +75,12 @@ func writeCNIConfig(confDir, ipamDir string, n *network) error {
 			"ipMasq":      false,
 			"hairpinMode": true,
 			"ipam": map[string]any{
-				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": n.pods.String(), "gateway": n.gateway.String()}}},
+				"type":   "host-local",
+				"ranges": [][]map[string]string{{{"subnet": n.pods.String(), "gateway": n.gateway.String()}}},
+				// Through the node, as on any cluster: what pods reach
+				// beyond it is the node's routing and NetworkPolicy's
+				// to say (the host does not forward for them here).
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": ipamDir,
 			},
 		}},

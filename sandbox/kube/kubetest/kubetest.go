@@ -35,6 +35,9 @@ type Cluster struct {
 	kubeconfig  string
 	class       string
 	ctrAddress  string // containerd's socket
+	st          *stateStore
+	logDir      string
+	netpol      netpol // the NetworkPolicy enforcer, if asked for
 
 	stopOnce sync.Once
 	stop     func() error

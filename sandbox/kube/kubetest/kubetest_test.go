@@ -202,12 +202,16 @@ func waitDeleted(t *testing.T, cs *kubernetes.Clientset, name string) {
 }
 
 // TestStopLeavesNothing starts a private cluster, runs a pod in it and
-// stops it: no process, mount, cgroup, interface or file of it is left.
+// stops it: no process, mount, cgroup, interface, file or firewall rule
+// of it is left.
 func TestStopLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second cluster")
 	}
 	c := Start(t)
+	if err := c.EnforceNetworkPolicy(); err != nil {
+		t.Fatal(err)
+	}
 	if got := runPod(t, c, "brief", "sleep 3600 & echo started", ""); got != "started\n" {
 		t.Fatalf("log = %q", got)
 	}
@@ -231,8 +235,28 @@ func TestStopLeavesNothing(t *testing.T) {
 	if len(veths) == 0 {
 		t.Fatal("no pod interface on the bridge before Stop")
 	}
+	// The enforcer's rules and sets name the cluster's addresses (another
+	// cluster may take the enforcer over the moment this one stops).
+	ours := strings.TrimSuffix(c.podCIDR, "0/24")
+	enforced := func() string {
+		rules, _ := filterRules()
+		sets, _ := exec.Command("ipset", "list").Output()
+		var out []string
+		for line := range strings.SplitSeq(string(rules)+string(sets), "\n") {
+			if strings.Contains(line, ours) || strings.Contains(line, c.serviceCIDR) {
+				out = append(out, line)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	if enforced() == "" {
+		t.Fatal("no NetworkPolicy rule of the cluster before Stop: the check below would prove nothing")
+	}
 	if err := c.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
+	}
+	if left := enforced(); left != "" {
+		t.Errorf("the NetworkPolicy enforcer's rules or sets left:\n%s", left)
 	}
 	if ps := procsMentioning(c.dir + "/"); len(ps) > 0 {
 		t.Errorf("processes left: %v", ps)

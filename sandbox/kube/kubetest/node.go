@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -145,10 +146,11 @@ func (s *starter) finish() error {
 	if err != nil {
 		return err
 	}
-	dir, st := s.dir, s.st
+	dir, st, c := s.dir, s.st, s.c
 	s.c.stop = func() error {
 		cancel()
-		return teardown(dir, st.get())
+		err := teardown(dir, st.get())
+		return errors.Join(err, c.stopNetpol())
 	}
 	return nil
 }
@@ -181,15 +183,10 @@ func kubePin() (root, version string, err error) {
 		return "", "", err
 	}
 	for {
-		data, err := os.ReadFile(filepath.Join(dir, "tools", "kube", "go.mod"))
-		if err == nil {
-			for _, line := range strings.Split(string(data), "\n") {
-				f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-				if len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
-					return dir, f[1], nil
-				}
-			}
-			return "", "", fmt.Errorf("%s names no k8s.io/kubernetes version", filepath.Join(dir, "tools", "kube", "go.mod"))
+		goMod := filepath.Join(dir, "tools", "kube", "go.mod")
+		if _, err := os.Stat(goMod); err == nil {
+			version, err := requiredVersion(goMod, "k8s.io/kubernetes")
+			return dir, version, err
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {

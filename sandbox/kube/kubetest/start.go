@@ -123,7 +123,7 @@ func (s *starter) run() error {
 	s.c = &Cluster{
 		dir: s.dir, id: s.id, binDir: s.binDir, nodeIP: s.net.gateway.String(),
 		podCIDR: s.net.pods.String(), serviceCIDR: s.net.services.String(),
-		class: storageClassName,
+		class: storageClassName, st: s.st, logDir: s.logDir,
 	}
 	s.c.config = restConfig(apiURL, s.pki)
 	s.c.kubeconfig = filepath.Join(s.dir, "admin.kubeconfig")
