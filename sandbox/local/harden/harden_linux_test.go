@@ -169,7 +169,7 @@ func TestProbes(t *testing.T) {
 	}...)
 	if runtime.GOARCH == "amd64" {
 		tests = append(tests, []struct{ probe, want, needs string }{
-			{"int80_getpid", "ENOSYS", "seccomp"},
+			{"int80_getpid", int80Refused(), "seccomp"},
 			{"x32_getpid", "ENOSYS", ""},
 			{"iopl", "EPERM", "seccomp"},
 			{"ioperm", "EPERM", "seccomp"},
