@@ -462,8 +462,15 @@ func (s *Service) flush(ctx context.Context, lr *liveRun) error {
 	if err := s.cfg.Store.AppendRunEvents(ctx, batch); err != nil {
 		return fmt.Errorf("saving the events of run %s: %w", lr.id, err)
 	}
+	// Drop what was written. The list may have changed meanwhile (a
+	// segment that lost its lease drops it whole), so by sequence number.
+	last := batch[len(batch)-1].Seq
 	lr.mu.Lock()
-	lr.pending = lr.pending[len(batch):]
+	i := 0
+	for i < len(lr.pending) && lr.pending[i].Seq <= last {
+		i++
+	}
+	lr.pending = lr.pending[i:]
 	lr.mu.Unlock()
 	return nil
 }

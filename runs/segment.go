@@ -139,10 +139,13 @@ func (s *Service) finish(ctx context.Context, lr *liveRun, res *agent.Result, er
 	defer lr.op.Unlock()
 	if errors.Is(cause, errLeaseLost) {
 		// A peer may work on it now: nothing more of this segment is
-		// written, and the peer goes on from the last checkpoint.
+		// written, and the peer goes on from the last checkpoint. A
+		// flush in flight ends first.
+		lr.flushMu.Lock()
 		lr.mu.Lock()
 		lr.pending = nil
 		lr.mu.Unlock()
+		lr.flushMu.Unlock()
 		lr.stopped()
 		return
 	}
