@@ -189,11 +189,11 @@ func (f *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 	if src.sp == "/" || dst.sp == "/" {
 		return nil, f.rpcError(fmt.Errorf("cannot move %q to %q: the sandbox root cannot be moved or replaced: %w", encodePath(src.sp), encodePath(dst.sp), sandbox.ErrInvalid))
 	}
-	var flags uint
+	rename := unix.Renameat
 	if req.Header().Get(wire.NoReplaceHeader) != "" {
-		flags = unix.RENAME_NOREPLACE
+		rename = renameNoReplace
 	}
-	if err := unix.Renameat2(src.dir, src.name, dst.dir, dst.name, flags); err != nil {
+	if err := rename(src.dir, src.name, dst.dir, dst.name); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return nil, f.rpcError(fmt.Errorf("moving %q to %q: the destination exists; remove it first: %w", encodePath(src.sp), encodePath(dst.sp), sandbox.ErrExist))
 		}
@@ -207,6 +207,41 @@ func (f *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 		return nil, f.rpcError(err)
 	}
 	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
+}
+
+// renameat2 is unix.Renameat2; a test makes it refuse RENAME_NOREPLACE.
+var renameat2 = unix.Renameat2
+
+// renameNoReplace renames without replacing an existing destination,
+// which it refuses with EEXIST. Where the filesystem refuses
+// RENAME_NOREPLACE with EINVAL (gVisor's bind mounts in their default
+// shared mode, as a Kubernetes volume is under gVisor; some FUSE and
+// network filesystems), it links and unlinks a non-directory, as
+// atomic against a destination that appears meanwhile, and renames a
+// directory only if nothing is at the destination (the one race left
+// can replace an empty directory made at that instant, never a file).
+func renameNoReplace(srcDir int, srcName string, dstDir int, dstName string) error {
+	err := renameat2(srcDir, srcName, dstDir, dstName, unix.RENAME_NOREPLACE)
+	if !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(srcDir, srcName, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := unix.Linkat(srcDir, srcName, dstDir, dstName, 0); err != nil {
+			return err
+		}
+		return unix.Unlinkat(srcDir, srcName, 0)
+	}
+	switch err := unix.Fstatat(dstDir, dstName, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil:
+		return unix.EEXIST
+	case !errors.Is(err, unix.ENOENT):
+		return err
+	}
+	return unix.Renameat(srcDir, srcName, dstDir, dstName)
 }
 
 // cmpErr is err, or def when err is nil.
