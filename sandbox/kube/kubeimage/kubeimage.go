@@ -12,17 +12,17 @@ import (
 	"archive/tar"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox/kube/internal/ocitar"
 )
 
 // SandboxPath is where the image holds the sandbox program.
@@ -46,7 +46,7 @@ func Write(w io.Writer, tmp string, o Options) error {
 	if o.Ref == "" || o.Root == "" || o.Sandbox == "" {
 		return fmt.Errorf("kubeimage: a reference, a root directory and the sandbox program are all needed")
 	}
-	cfg := imageConfig{User: "1000:1000", Entrypoint: entrypoint(o.Env), CreatedBy: "cove template push"}
+	cfg := ocitar.Config{User: "1000:1000", Entrypoint: entrypoint(o.Env), Env: []string{path}, WorkingDir: "/", CreatedBy: "cove template push"}
 	return writeImage(w, tmp, o.Ref, cfg, func(lw io.Writer) error {
 		if err := writeLayer(lw, o); err != nil {
 			return fmt.Errorf("writing the image's layer from the template's root: %w", err)
@@ -57,7 +57,7 @@ func Write(w io.Writer, tmp string, o Options) error {
 
 // writeImage writes an image of one layer, written by layer to a
 // temporary file in tmp while its digest is computed, as a tar stream.
-func writeImage(w io.Writer, tmp, ref string, cfg imageConfig, layer func(io.Writer) error) error {
+func writeImage(w io.Writer, tmp, ref string, cfg ocitar.Config, layer func(io.Writer) error) error {
 	f, err := os.CreateTemp(tmp, "cove-layer-*.tar")
 	if err != nil {
 		return err
@@ -75,15 +75,11 @@ func writeImage(w io.Writer, tmp, ref string, cfg imageConfig, layer func(io.Wri
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	return writeArchive(w, ref, cfg, f, size, hex.EncodeToString(lh.Sum(nil)))
+	return ocitar.WriteArchive(w, ref, cfg, f, size, hex.EncodeToString(lh.Sum(nil)))
 }
 
-// imageConfig is what an image's config says of how it runs.
-type imageConfig struct {
-	User       string
-	Entrypoint []string
-	CreatedBy  string
-}
+// path is every image's PATH.
+const path = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // entrypoint is the daemon with the template's environment.
 func entrypoint(env map[string]string) []string {
@@ -98,86 +94,6 @@ func entrypoint(env map[string]string) []string {
 	}
 	return ep
 }
-
-func writeArchive(w io.Writer, ref string, ic imageConfig, layer io.Reader, size int64, layerDigest string) error {
-	created := time.Unix(0, 0).UTC()
-	config := map[string]any{
-		"created":      created,
-		"architecture": goarch(),
-		"os":           "linux",
-		"config": map[string]any{
-			"User":       ic.User,
-			"Entrypoint": ic.Entrypoint,
-			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			"WorkingDir": "/",
-		},
-		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerDigest}},
-		"history": []map[string]any{{"created": created, "created_by": ic.CreatedBy}},
-	}
-	configJSON, _ := json.Marshal(config)
-	configDigest := digest(configJSON)
-	manifest := map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + configDigest, "size": len(configJSON)},
-		"layers":        []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "sha256:" + layerDigest, "size": size}},
-	}
-	manifestJSON, _ := json.Marshal(manifest)
-	manifestDigest := digest(manifestJSON)
-	tag := ref
-	if i := strings.LastIndex(tag, ":"); i >= 0 && !strings.Contains(tag[i:], "/") {
-		tag = tag[i+1:]
-	}
-	index := map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests": []map[string]any{{
-			"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + manifestDigest, "size": len(manifestJSON),
-			"annotations": map[string]string{"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": tag},
-		}},
-	}
-	indexJSON, _ := json.Marshal(index)
-	docker, _ := json.Marshal([]map[string]any{{
-		"Config": "blobs/sha256/" + configDigest, "RepoTags": []string{ref}, "Layers": []string{"blobs/sha256/" + layerDigest},
-	}})
-	tw := tar.NewWriter(w)
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"blobs/sha256/" + configDigest, configJSON},
-		{"blobs/sha256/" + manifestDigest, manifestJSON},
-		{"index.json", indexJSON},
-		{"manifest.json", docker},
-	} {
-		if err := writeFile(tw, f.name, f.data); err != nil {
-			return err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: "blobs/sha256/" + layerDigest, Mode: 0o644, Size: size, Typeflag: tar.TypeReg, ModTime: created}); err != nil {
-		return err
-	}
-	if _, err := io.Copy(tw, layer); err != nil {
-		return err
-	}
-	return tw.Close()
-}
-
-func writeFile(tw *tar.Writer, name string, data []byte) error {
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
-		return err
-	}
-	_, err := tw.Write(data)
-	return err
-}
-
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
-func goarch() string { return runtime.GOARCH }
 
 // writeLayer writes the root's tree, then the sandbox program and the
 // directories every sandbox needs, as an uncompressed layer.

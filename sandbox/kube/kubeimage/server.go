@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/cove-sandbox/cove/sandbox/kube/internal/ocitar"
 )
 
 // ServerUID is the user the server's image runs as (not root, and no
@@ -37,7 +39,7 @@ func WriteServer(w io.Writer, tmp string, o ServerOptions) error {
 		return fmt.Errorf("kubeimage: a reference and the cove program are both needed")
 	}
 	uid := fmt.Sprint(ServerUID)
-	cfg := imageConfig{User: uid + ":" + uid, Entrypoint: []string{ServerPath}, CreatedBy: "cove image server"}
+	cfg := ocitar.Config{User: uid + ":" + uid, Entrypoint: []string{ServerPath}, Env: []string{path}, WorkingDir: "/", CreatedBy: "cove image server"}
 	return writeImage(w, tmp, o.Ref, cfg, func(lw io.Writer) error {
 		if err := writeServerLayer(lw, o); err != nil {
 			return fmt.Errorf("writing the server image's layer: %w", err)
@@ -96,5 +98,13 @@ func copyInto(tw *tar.Writer, src, name string, mode int64) error {
 		return err
 	}
 	_, err = io.CopyN(tw, f, st.Size())
+	return err
+}
+
+func writeFile(tw *tar.Writer, name string, data []byte) error {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+		return err
+	}
+	_, err := tw.Write(data)
 	return err
 }

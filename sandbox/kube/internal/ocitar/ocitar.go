@@ -1,6 +1,7 @@
-// Package ocitar writes a single-layer container image as an OCI image
-// layout in a tar stream, the form `ctr images import` (and docker load)
-// reads, so images can be made on a machine that reaches no registry.
+// Package ocitar writes a single-layer container image as a tar stream
+// that `ctr images import`, docker load and podman load read, so images
+// can be made on a machine that reaches no registry: Cove's templates and
+// server as images (kubeimage), and the test cluster's images.
 package ocitar
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -47,26 +49,51 @@ var epoch = time.Unix(0, 0).UTC()
 // blobs/sha256/...) to w, the index naming it by img.Ref. It returns an
 // error for a bad reference or file, or a failed write.
 func Write(w io.Writer, img Image) error {
-	tag, err := refTag(img.Ref)
-	if err != nil {
+	if _, err := refTag(img.Ref); err != nil {
 		return err
 	}
 	layer, err := layerTar(img.Files)
 	if err != nil {
 		return err
 	}
-	layerDesc := descriptor("application/vnd.oci.image.layer.v1.tar", layer)
+	sum := sha256.Sum256(layer)
+	cfg := Config{Entrypoint: img.Entrypoint, Cmd: img.Cmd, Env: img.Env, WorkingDir: img.WorkingDir}
+	return WriteArchive(w, img.Ref, cfg, bytes.NewReader(layer), int64(len(layer)), hex.EncodeToString(sum[:]))
+}
+
+// Config is what an image's config says of how it runs.
+type Config struct {
+	User       string
+	Entrypoint []string
+	Cmd        []string
+	Env        []string
+	WorkingDir string
+	CreatedBy  string // the history's one entry
+}
+
+// WriteArchive writes an image of one layer as a tar stream holding both
+// an OCI image layout (oci-layout, index.json, blobs/sha256/...) and a
+// docker save manifest (manifest.json), so `ctr images import`, `docker
+// load` and `podman load` all read it and `skopeo copy oci-archive:` can
+// push it. layer is the uncompressed layer tar, size bytes long, whose
+// SHA-256 is layerDigest (hex). Every entry is dated at the epoch, so the
+// same image always has the same digest and a second import is a no-op.
+func WriteArchive(w io.Writer, ref string, cfg Config, layer io.Reader, size int64, layerDigest string) error {
+	layerDesc := desc{MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: "sha256:" + layerDigest, Size: size}
+	run := map[string]any{"Entrypoint": cfg.Entrypoint, "Env": cfg.Env, "WorkingDir": cfg.WorkingDir}
+	if cfg.User != "" {
+		run["User"] = cfg.User
+	}
+	if cfg.Cmd != nil {
+		run["Cmd"] = cfg.Cmd
+	}
 	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64",
+		"architecture": runtime.GOARCH,
 		"os":           "linux",
-		"created":      epoch.Format(time.RFC3339),
-		"config": map[string]any{
-			"Env":        img.Env,
-			"Entrypoint": img.Entrypoint,
-			"Cmd":        img.Cmd,
-			"WorkingDir": img.WorkingDir,
-		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
+		"created":      epoch,
+		"config":       run,
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
+		"history":      []map[string]any{{"created": epoch, "created_by": cfg.CreatedBy}},
 	})
 	if err != nil {
 		return err
@@ -85,10 +112,10 @@ func Write(w io.Writer, img Image) error {
 	manifestDesc.Annotations = map[string]string{
 		// ctr reads the full name from containerd's annotation; the OCI
 		// one holds only the tag.
-		"io.containerd.image.name":          img.Ref,
-		"org.opencontainers.image.ref.name": tag,
+		"io.containerd.image.name":          ref,
+		"org.opencontainers.image.ref.name": tagOf(ref),
 	}
-	manifestDesc.Platform = map[string]string{"architecture": "amd64", "os": "linux"}
+	manifestDesc.Platform = map[string]string{"architecture": runtime.GOARCH, "os": "linux"}
 	index, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     "application/vnd.oci.image.index.v1+json",
@@ -97,26 +124,37 @@ func Write(w io.Writer, img Image) error {
 	if err != nil {
 		return err
 	}
-	tw := tar.NewWriter(w)
-	entries := []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", index},
-		{blobPath(manifestDesc), manifest},
-		{blobPath(configDesc), config},
-		{blobPath(layerDesc), layer},
+	docker, err := json.Marshal([]map[string]any{{
+		"Config": blobPath(configDesc), "RepoTags": []string{ref}, "Layers": []string{blobPath(layerDesc)},
+	}})
+	if err != nil {
+		return err
 	}
+	tw := tar.NewWriter(w)
 	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
 		if err := tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch}); err != nil {
 			return err
 		}
 	}
-	for _, e := range entries {
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{
+		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+		{"index.json", index},
+		{"manifest.json", docker},
+		{blobPath(manifestDesc), manifest},
+		{blobPath(configDesc), config},
+	} {
 		if err := writeFile(tw, e.name, 0o644, e.data); err != nil {
 			return err
 		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: blobPath(layerDesc), Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: epoch}); err != nil {
+		return err
+	}
+	if _, err := io.Copy(tw, layer); err != nil {
+		return err
 	}
 	return tw.Close()
 }
@@ -124,18 +162,26 @@ func Write(w io.Writer, img Image) error {
 type desc struct {
 	MediaType   string            `json:"mediaType"`
 	Digest      string            `json:"digest"`
-	Size        int               `json:"size"`
+	Size        int64             `json:"size"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	Platform    map[string]string `json:"platform,omitempty"`
 }
 
 func descriptor(mediaType string, data []byte) desc {
 	sum := sha256.Sum256(data)
-	return desc{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: len(data)}
+	return desc{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}
 }
 
 func blobPath(d desc) string {
 	return "blobs/sha256/" + strings.TrimPrefix(d.Digest, "sha256:")
+}
+
+// tagOf is ref's tag, "latest" when it names none.
+func tagOf(ref string) string {
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[i+1:]
+	}
+	return "latest"
 }
 
 // refTag checks that ref is a full reference with a tag and returns the
