@@ -181,6 +181,30 @@ if [ ! -x "$kuberouter_bin" ]; then
 	mv "$kuberouter_bin.tmp" "$kuberouter_bin"
 fi
 
+# gVisor's containerd shim (containerd-shim-runsc-v1), which runs the test
+# cluster's gVisor RuntimeClass, from the same gVisor pin as runsc (tools/
+# runsc). One change at build time, on a copy of the module in a temporary
+# directory: the shim leaves its own oom_score_adj as containerd's instead of
+# lowering it to -999, which needs CAP_SYS_RESOURCE and root lacks it here
+# (MACHINE-NOTES.md); upstream's shim cannot start on these machines. About
+# 30 s the first time.
+shim_bin="$runsc_cache/containerd-shim-runsc-v1-$runsc_version"
+if [ ! -x "$shim_bin" ]; then
+	echo "deps: building gVisor's containerd shim $runsc_version into $shim_bin" >&2
+	shim_work="$(mktemp -d)"
+	cp -r "$(GOWORK=off go -C "$repo/tools/runsc" list -m -f '{{.Dir}}' gvisor.dev/gvisor)" "$shim_work/gvisor"
+	chmod -R u+w "$shim_work/gvisor"
+	manager="$shim_work/gvisor/pkg/shim/v1/manager.go"
+	sed -i 's/^\toomScoreMax = -999$/\toomScoreMax = 0/' "$manager"
+	grep -q 'oomScoreMax = 0$' "$manager" && ! grep -q 'oomScoreMax = -999' "$manager" || { echo "deps: gVisor's shim no longer sets oomScoreMax = -999 in $manager: look again at the change above" >&2; rm -rf "$shim_work"; exit 1; }
+	cp "$repo/tools/runsc/go.mod" "$repo/tools/runsc/go.sum" "$shim_work/"
+	echo "replace gvisor.dev/gvisor => $shim_work/gvisor" >>"$shim_work/go.mod"
+	GOWORK=off CGO_ENABLED=0 go -C "$repo/tools/runsc" build -modfile "$shim_work/go.mod" -trimpath -buildvcs=false \
+		-ldflags "-s -w" -o "$shim_bin.tmp" gvisor.dev/gvisor/shim
+	rm -rf "$shim_work"
+	mv "$shim_bin.tmp" "$shim_bin"
+fi
+
 # The npm MCP server the MCP adapter's tests run (agent/tool/mcp), in a
 # git-ignored directory of the repo. Pinned so the tests see the same
 # server everywhere; this version runs on Debian 12's node 18.

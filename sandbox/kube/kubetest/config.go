@@ -21,7 +21,7 @@ const maxPods = 200
 // node needs, and restrict_oom_score_adj, without which runc cannot
 // start a container here (root lacks CAP_SYS_RESOURCE, and the kubelet
 // asks for a lower oom_score_adj than containerd's).
-func writeContainerdConfig(dir, cniConfDir string) (string, error) {
+func writeContainerdConfig(dir, cniConfDir string, g *gvisor) (string, error) {
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	text := strings.Join([]string{
 		`version = 2`,
@@ -52,6 +52,7 @@ func writeContainerdConfig(dir, cniConfDir string) (string, error) {
 		`      runtime_type = "io.containerd.runc.v2"`,
 		`      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]`,
 		`        SystemdCgroup = false`,
+		g.runtime(),
 		`  [plugins."io.containerd.grpc.v1.cri".cni]`,
 		`    bin_dir = "/usr/lib/cni"`,
 		`    conf_dir = ` + q(cniConfDir),

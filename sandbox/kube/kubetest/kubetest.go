@@ -35,6 +35,7 @@ type Cluster struct {
 	kubeconfig  string
 	class       string
 	ctrAddress  string // containerd's socket
+	gvisorErr   error  // why the node has no gVisor RuntimeClass, if it has none
 	st          *stateStore
 	logDir      string
 	netpol      netpol // the NetworkPolicy enforcer, if asked for

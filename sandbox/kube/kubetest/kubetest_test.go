@@ -53,6 +53,11 @@ func clientset(t *testing.T, c *Cluster) *kubernetes.Clientset {
 // log.
 func runPod(t *testing.T, c *Cluster, name, script string, claim string) string {
 	t.Helper()
+	return runPodClass(t, c, name, script, claim, "")
+}
+
+func runPodClass(t *testing.T, c *Cluster, name, script, claim, class string) string {
+	t.Helper()
 	cs := clientset(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -67,6 +72,9 @@ func runPod(t *testing.T, c *Cluster, name, script string, claim string) string 
 				Command: []string{"sh", "-c", script},
 			}},
 		},
+	}
+	if class != "" {
+		pod.Spec.RuntimeClassName = &class
 	}
 	if claim != "" {
 		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -119,6 +127,25 @@ func TestPodRunsAndLogs(t *testing.T) {
 	out, err = exec.Command(c.Bin("kubectl"), "--kubeconfig", c.Kubeconfig(), "logs", "hello").CombinedOutput()
 	if err != nil || string(out) != got {
 		t.Errorf("kubectl logs = %q, %v; want %q", out, err, got)
+	}
+}
+
+// TestGVisorRuntimeClass: a pod of the gVisor RuntimeClass runs on
+// gVisor's kernel (gVisor's containerd shim and runsc), a runc pod on the
+// host's.
+func TestGVisorRuntimeClass(t *testing.T) {
+	c := Shared(t)
+	class, err := c.GVisor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "dmesg 2>&1 | head -1; uname -r"
+	got := runPodClass(t, c, "on-gvisor", script, "", class)
+	if !strings.HasPrefix(got, "[   0.000000] Starting gVisor...\n") {
+		t.Errorf("a gVisor pod's dmesg and uname -r: %q, want gVisor's boot log", got)
+	}
+	if host := runPod(t, c, "on-runc", script, ""); strings.Contains(host, "gVisor") || host == got {
+		t.Errorf("a runc pod's dmesg and uname -r: %q, want the host's kernel", host)
 	}
 }
 
@@ -215,8 +242,13 @@ func TestStopLeavesNothing(t *testing.T) {
 	if got := runPod(t, c, "brief", "sleep 3600 & echo started", ""); got != "started\n" {
 		t.Fatalf("log = %q", got)
 	}
-	// A pod still running at Stop.
-	longPod(t, c)
+	// Pods still running at Stop, on runc and on gVisor.
+	longPod(t, c, "long", "")
+	class, err := c.GVisor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	longPod(t, c, "long-gvisor", class)
 	cgroups := containerCgroups(c.dir)
 	if len(cgroups) == 0 {
 		t.Fatal("no container cgroups found before Stop: the check below would prove nothing")
@@ -283,28 +315,32 @@ func TestStopLeavesNothing(t *testing.T) {
 	}
 }
 
-// longPod starts a pod that runs until killed and waits for it to run.
-func longPod(t *testing.T, c *Cluster) {
+// longPod starts a pod that runs until killed, with the RuntimeClass
+// class if not "", and waits for it to run.
+func longPod(t *testing.T, c *Cluster, name, class string) {
 	t.Helper()
 	cs := clientset(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "long"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "main", Image: testImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
 		}}},
+	}
+	if class != "" {
+		pod.Spec.RuntimeClassName = &class
 	}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, "long", metav1.GetOptions{})
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err == nil && p.Status.Phase == corev1.PodRunning {
 			return
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("pod long not running: %v %v", err, p.Status)
+			t.Fatalf("pod %s not running: %v %v", name, err, p.Status)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

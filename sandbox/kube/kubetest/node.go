@@ -35,11 +35,20 @@ func (s *starter) startContainerd() error {
 	if err := writeCNIConfig(cniConf, filepath.Join(s.dir, "cni", "ipam"), s.net); err != nil {
 		return err
 	}
-	config, err := writeContainerdConfig(dir, cniConf)
+	// Without gVisor the node still runs runc's pods; GVisor says why
+	// it has no gVisor class.
+	g, err := s.setupGVisor()
+	env := os.Environ()
+	if err != nil {
+		s.c.gvisorErr = err
+	} else {
+		env = g.env()
+	}
+	config, err := writeContainerdConfig(dir, cniConf, g)
 	if err != nil {
 		return err
 	}
-	p, err := s.startIn("containerd", containerd, "--config", config)
+	p, err := s.startInEnv("containerd", env, containerd, "--config", config)
 	if err != nil {
 		return err
 	}
@@ -145,6 +154,11 @@ func (s *starter) finish() error {
 	})
 	if err != nil {
 		return err
+	}
+	if s.c.gvisorErr == nil {
+		if err := createRuntimeClass(ctx, cs); err != nil {
+			return err
+		}
 	}
 	dir, st, c := s.dir, s.st, s.c
 	s.c.stop = func() error {

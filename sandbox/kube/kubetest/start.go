@@ -205,7 +205,13 @@ func (s *starter) startControlPlane() (string, error) {
 
 // startIn starts a program in the cluster's mount namespace.
 func (s *starter) startIn(name string, argv ...string) (*proc, error) {
-	p, err := startProc(s.st, s.logDir, name, os.Environ(), s.ns.argv(argv...)...)
+	return s.startInEnv(name, os.Environ(), argv...)
+}
+
+// startInEnv starts a program in the cluster's mount namespace with an
+// environment.
+func (s *starter) startInEnv(name string, env []string, argv ...string) (*proc, error) {
+	p, err := startProc(s.st, s.logDir, name, env, s.ns.argv(argv...)...)
 	if err == nil {
 		s.procs[name] = p
 	}

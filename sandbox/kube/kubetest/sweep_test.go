@@ -92,7 +92,7 @@ func TestHelperStartAndWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	importBusybox(t, c)
-	longPod(t, c)
+	longPod(t, c, "long", "")
 	os.Stdout.WriteString("READY " + c.dir + " " + c.id + "\n")
 	select {}
 }
