@@ -25,12 +25,23 @@ import (
 // (what `kubectl run` waits for), alternating, in the same run; it
 // reports each one's p50.
 func BenchmarkCreateFirstOutput(b *testing.B) {
-	r := newTestRuntime(b)
+	benchCreateFirstOutput(b, newTestRuntime(b), "", "")
+}
+
+// BenchmarkCreateFirstOutputGVisor is the same on gVisor pods: a gvisor
+// sandbox against a bare pod of the gVisor RuntimeClass.
+func BenchmarkCreateFirstOutputGVisor(b *testing.B) {
+	r := newGVisorRuntime(b)
+	class, _ := setup(b).c.GVisor()
+	benchCreateFirstOutput(b, r.Runtime, sandbox.IsolationGVisor, class)
+}
+
+func benchCreateFirstOutput(b *testing.B, r *Runtime, tier, class string) {
 	ctx := context.Background()
 	var sbx, bare []time.Duration
 	for i := 0; b.Loop(); i++ {
 		start := time.Now()
-		s, err := r.Create(ctx, sandbox.Spec{})
+		s, err := r.Create(ctx, sandbox.Spec{Isolation: tier})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -41,7 +52,7 @@ func BenchmarkCreateFirstOutput(b *testing.B) {
 		sbx = append(sbx, time.Since(start))
 		b.StopTimer()
 		r.Delete(ctx, s.ID())
-		d, err := barePod(ctx, r, fmt.Sprintf("cove-bare-%d-%d", os.Getpid(), i))
+		d, err := barePod(ctx, r, fmt.Sprintf("cove-bare-%d-%d", os.Getpid(), i), class)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -62,9 +73,9 @@ func p50(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// barePod starts a pod of the test image that only sleeps, times it to
-// Running, and deletes it.
-func barePod(ctx context.Context, r *Runtime, name string) (time.Duration, error) {
+// barePod starts a pod of the test image that only sleeps, with the
+// RuntimeClass class if not "", times it to Running, and deletes it.
+func barePod(ctx context.Context, r *Runtime, name, class string) (time.Duration, error) {
 	uid := int64(UID)
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.cfg.Namespace},
@@ -74,6 +85,9 @@ func barePod(ctx context.Context, r *Runtime, name string) (time.Duration, error
 			Containers: []corev1.Container{{Name: "bare", Image: r.image(""), ImagePullPolicy: corev1.PullNever,
 				Command: []string{"/bin/sleep", "3600"}}},
 		},
+	}
+	if class != "" {
+		p.Spec.RuntimeClassName = &class
 	}
 	pods := r.cs.CoreV1().Pods(r.cfg.Namespace)
 	start := time.Now()
