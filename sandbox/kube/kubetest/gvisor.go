@@ -109,22 +109,7 @@ func createRuntimeClass(ctx context.Context, cs kubernetes.Interface) error {
 // built: $COVE_RUNSC_SHIM, or .cache/runsc/containerd-shim-runsc-v1-VERSION
 // in the checkout, VERSION being tools/runsc's gVisor pin.
 func runscShimBin() (string, error) {
-	if p := os.Getenv("COVE_RUNSC_SHIM"); p != "" {
-		return p, nil
-	}
-	root, _, err := kubePin()
-	if err != nil {
-		return "", err
-	}
-	version, err := requiredVersion(filepath.Join(root, "tools", "runsc", "go.mod"), "gvisor.dev/gvisor")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, ".cache", "runsc", "containerd-shim-runsc-v1-"+version)
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("gVisor's containerd shim is not built at %s: run scripts/deps.sh test", bin)
-	}
-	return bin, nil
+	return builtTool("COVE_RUNSC_SHIM", "runsc", "gvisor.dev/gvisor", "runsc/containerd-shim-runsc-v1-")
 }
 
 // GVisor returns the RuntimeClass whose pods run on gVisor, or why the

@@ -152,20 +152,27 @@ func takeNetpolLock() (*os.File, error) {
 // kubeRouterBin returns the kube-router scripts/deps.sh built:
 // $COVE_KUBE_ROUTER, or .cache/kube/kube-router-VERSION in the checkout.
 func kubeRouterBin() (string, error) {
-	if p := os.Getenv("COVE_KUBE_ROUTER"); p != "" {
+	return builtTool("COVE_KUBE_ROUTER", "kuberouter", kubeRouterVersion, "kube/kube-router-")
+}
+
+// builtTool returns a program scripts/deps.sh built into the checkout's
+// cache: $env when set, else .cache/PREFIXVERSION, VERSION being the
+// version of module that tools/TOOLDIR/go.mod pins.
+func builtTool(env, toolDir, module, prefix string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		return p, nil
 	}
 	root, _, err := kubePin()
 	if err != nil {
 		return "", err
 	}
-	version, err := requiredVersion(filepath.Join(root, "tools", "kuberouter", "go.mod"), kubeRouterVersion)
+	version, err := requiredVersion(filepath.Join(root, "tools", toolDir, "go.mod"), module)
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(root, ".cache", "kube", "kube-router-"+version)
+	bin := filepath.Join(root, ".cache", prefix+version)
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("kube-router is not built at %s: run scripts/deps.sh test", bin)
+		return "", fmt.Errorf("%s is not built at %s: run scripts/deps.sh test (or set %s)", strings.TrimSuffix(filepath.Base(prefix), "-"), bin, env)
 	}
 	return bin, nil
 }
