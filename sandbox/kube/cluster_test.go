@@ -90,8 +90,18 @@ func makeEnv(t testing.TB, c *kubetest.Cluster) (*testEnv, error) {
 // newTestRuntime is a Runtime on the test namespace, closed with t.
 func newTestRuntime(t testing.TB) *Runtime {
 	t.Helper()
-	e := setup(t)
-	r, err := New(e.cfg)
+	return newRuntimeWith(t, nil)
+}
+
+// newRuntimeWith is newTestRuntime with its configuration changed by mod
+// (if not nil).
+func newRuntimeWith(t testing.TB, mod func(*Config)) *Runtime {
+	t.Helper()
+	cfg := setup(t).cfg
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,19 +25,13 @@ func (g gvisorRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.S
 // containerd shim and runsc, scripts/deps.sh test builds both).
 func newGVisorRuntime(t testing.TB) gvisorRuntime {
 	t.Helper()
-	e := setup(t)
-	class, err := e.c.GVisor()
+	class, err := setup(t).c.GVisor()
 	if err != nil {
 		t.Fatalf("the test cluster runs no gVisor pods: %v", err)
 	}
-	cfg := e.cfg
-	cfg.RuntimeClasses = map[string]string{sandbox.IsolationGVisor: class}
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return gvisorRuntime{r}
+	return gvisorRuntime{newRuntimeWith(t, func(cfg *Config) {
+		cfg.RuntimeClasses = map[string]string{sandbox.IsolationGVisor: class}
+	})}
 }
 
 // TestGVisorConformance: the whole conformance suite on gVisor pods.
