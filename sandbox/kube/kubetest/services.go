@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"golang.org/x/sys/unix"
 )
@@ -225,7 +226,11 @@ func (c *Cluster) writeAPIEndpoints() error {
 	if err != nil {
 		return err
 	}
-	cs, err := kubernetes.NewForConfig(c.config)
+	// The Endpoints API is deprecated, and client-go says so on stderr;
+	// the reconciler writes it still, for the clients that read it.
+	cfg := rest.CopyConfig(c.config)
+	cfg.WarningHandler = rest.NoWarnings{}
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}

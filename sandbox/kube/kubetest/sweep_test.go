@@ -57,6 +57,9 @@ func TestSweepAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unlock()
+	if left, _ := kubeProxyLeft(); left == "" {
+		t.Fatal("no rule of the child's kube-proxy: the sweep below would prove nothing")
+	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +67,6 @@ func TestSweepAfterKill(t *testing.T) {
 	time.Sleep(time.Second) // the parent-death signals land
 	if len(procsMentioning(dir+"/")) == 0 {
 		t.Fatal("nothing of the killed binary's cluster outlived it: the sweep below would prove nothing")
-	}
-	if left, _ := kubeProxyLeft(); left == "" {
-		t.Fatal("no rule of the killed binary's kube-proxy: the sweep below would prove nothing")
 	}
 	sweepLocked(t.Logf)
 	if ps := procsMentioning(dir + "/"); len(ps) > 0 {
