@@ -59,8 +59,18 @@ const bridgeNFCallIPTables = "net/bridge/bridge-nf-call-iptables"
 var kubeProxyChains = []string{
 	"KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-MARK-MASQ",
 	"KUBE-FORWARD", "KUBE-PROXY-FIREWALL", "KUBE-PROXY-CANARY", "KUBE-SVC-", "KUBE-SVL-", "KUBE-SEP-",
-	"KUBE-EXT-", "KUBE-FW-",
+	"KUBE-EXT-", "KUBE-FW-", kubeletFirewallChain,
 }
+
+// kubeletFirewallChain is the kubelet's chain, which kube-proxy's
+// iptables mode makes too (with the jumps to it from INPUT and OUTPUT)
+// and its --cleanup leaves, as the kubelet's. This kubelet makes none
+// (iptables is /bin/false in its namespace), so it is kube-proxy's.
+const kubeletFirewallChain = "KUBE-FIREWALL"
+
+// iptablesTables are the tables kube-proxy's iptables mode writes to;
+// iptables-nft makes each as an nftables table when first written.
+var iptablesTables = []string{"nat", "mangle", "filter"}
 
 // kubeProxyTable is the table kube-proxy's nftables mode keeps its rules
 // in, in the ip and ip6 families.
@@ -117,11 +127,21 @@ func (c *Cluster) RouteServices() error {
 	}
 	// nftables mode first: its rules are one table of its own, apart from
 	// the iptables chains kube-router's firewall keeps (and the iptables
-	// here is iptables-nft anyway). It works on these kernels (6.x); the
-	// iptables mode is the fallback for a kernel older than 5.13, which
-	// kube-proxy's nftables mode refuses.
+	// here is iptables-nft anyway). It is what runs on these kernels
+	// (6.x), with or without kube-router. The iptables mode is the
+	// fallback for a kernel older than 5.13, which the nftables mode
+	// refuses; forced here it routed Services from the host and from
+	// pods, but not from the host while kube-router's firewall also ran
+	// (TestStopLeavesNothing; not diagnosed), and left chains and tables
+	// its --cleanup does not remove, which cleanServices does.
 	var errs []error
 	for _, mode := range []string{"nftables", "iptables"} {
+		if mode == "iptables" {
+			if err := recordNewTables(lock); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
 		p, err := c.startKubeProxy(bin, mode)
 		if err == nil {
 			c.services.lock, c.services.proc, c.services.mode = lock, p, mode
@@ -132,13 +152,15 @@ func (c *Cluster) RouteServices() error {
 			p.id.kill()
 			<-p.done
 		}
-		if err := cleanServices(lock, bin, mode); err != nil {
+		// The next mode runs with the host's settings as they are now.
+		if err := removeKubeProxyRules(bin, mode); err != nil {
 			errs = append(errs, err)
 			break
 		}
 	}
 	c.services.stopForwarding()
 	c.services.stopForwarding = nil
+	errs = append(errs, restoreHost(lock))
 	lock.Close()
 	return errors.Join(errs...)
 }
@@ -385,7 +407,7 @@ func sweepServices(logf func(string, ...any)) {
 	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return // a live cluster routes Services
 	}
-	saved, _ := savedSysctls(f)
+	saved, _ := savedHost(f)
 	left, err := kubeProxyLeft()
 	if err != nil {
 		logf("sweep: %v", err)
@@ -410,6 +432,12 @@ func sweepServices(logf func(string, ...any)) {
 // none is left, and puts back the host settings recorded in the lock
 // file, whose holder the caller is.
 func cleanServices(lock *os.File, bin, mode string) error {
+	return errors.Join(removeKubeProxyRules(bin, mode), restoreHost(lock))
+}
+
+// removeKubeProxyRules removes kube-proxy's rules, running its --cleanup
+// in mode, and checks that none is left.
+func removeKubeProxyRules(bin, mode string) error {
 	var errs []error
 	if mode == "" {
 		mode = "nftables" // --cleanup removes the rules of every mode, whichever is named
@@ -417,13 +445,72 @@ func cleanServices(lock *os.File, bin, mode string) error {
 	if out, err := exec.Command(bin, "--cleanup", "--proxy-mode", mode).CombinedOutput(); err != nil {
 		errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %v: %s", err, lastLines(out, 10)))
 	}
+	for _, family := range []string{"iptables", "ip6tables"} {
+		errs = append(errs, dropFilterChain(family, kubeletFirewallChain))
+	}
 	if left, err := kubeProxyLeft(); err != nil {
 		errs = append(errs, err)
 	} else if left != "" {
 		errs = append(errs, fmt.Errorf("kube-proxy --cleanup left:\n%s", left))
 	}
-	errs = append(errs, restoreSysctls(lock))
 	return errors.Join(errs...)
+}
+
+// dropFilterChain removes chain from family's filter table with the
+// rules that jump to it, leaving every other rule as it was (the table
+// is loaded again without them in one transaction, as cleanKubeRouter
+// does).
+func dropFilterChain(family, chain string) error {
+	save, err := lookPath(family + "-save")
+	if err != nil {
+		return nil // no iptables of that family, so none of its rules
+	}
+	rules, err := exec.Command(save, "-t", "filter").Output()
+	if err != nil {
+		return fmt.Errorf("%s -t filter: %w", family, err)
+	}
+	var kept bytes.Buffer
+	changed := false
+	for line := range strings.SplitSeq(strings.TrimRight(string(rules), "\n"), "\n") {
+		if (strings.HasPrefix(line, ":") || strings.HasPrefix(line, "-A ")) && strings.Contains(line, chain) {
+			changed = true
+			continue
+		}
+		kept.WriteString(line + "\n")
+	}
+	if !changed {
+		return nil
+	}
+	restore, err := lookPath(family + "-restore")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(restore, "-w", "10")
+	cmd.Stdin = &kept
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s-restore: %v: %s", family, err, out)
+	}
+	return nil
+}
+
+// recordNewTables records in the lock file which of the tables
+// kube-proxy's iptables mode writes to the host has not: iptables-nft
+// makes them, and nothing removes them after.
+func recordNewTables(lock *os.File) error {
+	out, err := run("nft", "list", "tables")
+	if err != nil {
+		return fmt.Errorf("nft list tables: %w", err)
+	}
+	have := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var b strings.Builder
+	for _, family := range []string{"ip", "ip6"} {
+		for _, t := range iptablesTables {
+			if !slices.Contains(have, "table "+family+" "+t) {
+				fmt.Fprintf(&b, "table %s %s\n", family, t)
+			}
+		}
+	}
+	return appendRecord(lock, b.String())
 }
 
 // kubeProxyLeft returns what of kube-proxy's rules the host has: its
@@ -473,20 +560,31 @@ func setSysctl(lock *os.File, name, value string) error {
 	if was == value {
 		return nil
 	}
-	if _, err := lock.Seek(0, 2); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(lock, "%s %s\n", name, was); err != nil {
-		return err
-	}
-	if err := lock.Sync(); err != nil {
+	if err := appendRecord(lock, fmt.Sprintf("%s %s\n", name, was)); err != nil {
 		return err
 	}
 	return os.WriteFile(path, []byte(value), 0o644)
 }
 
-// savedSysctls reads the settings recorded in the lock file.
-func savedSysctls(lock *os.File) ([][2]string, error) {
+// appendRecord adds lines to the lock file's record of what to put
+// back, on disk before the change it records is made.
+func appendRecord(lock *os.File, lines string) error {
+	if lines == "" {
+		return nil
+	}
+	if _, err := lock.Seek(0, 2); err != nil {
+		return err
+	}
+	if _, err := lock.WriteString(lines); err != nil {
+		return err
+	}
+	return lock.Sync()
+}
+
+// savedHost reads the lock file's record: "NAME VALUE" for a setting
+// under /proc/sys as it was, "table FAMILY NAME" for a table that was
+// not there.
+func savedHost(lock *os.File) ([][]string, error) {
 	if _, err := lock.Seek(0, 0); err != nil {
 		return nil, err
 	}
@@ -494,38 +592,66 @@ func savedSysctls(lock *os.File) ([][2]string, error) {
 	if _, err := buf.ReadFrom(lock); err != nil {
 		return nil, err
 	}
-	var out [][2]string
+	var out [][]string
 	for line := range strings.SplitSeq(buf.String(), "\n") {
-		if f := strings.Fields(line); len(f) == 2 {
-			out = append(out, [2]string{f[0], f[1]})
+		if f := strings.Fields(line); len(f) > 0 {
+			out = append(out, f)
 		}
 	}
 	return out, nil
 }
 
-// restoreSysctls puts back the settings recorded in the lock file and
-// empties it. Only names under net/bridge are taken: the file is the
-// host's.
-func restoreSysctls(lock *os.File) error {
-	saved, err := savedSysctls(lock)
+// restoreHost puts back what the lock file records and empties it.
+// Only settings under net/bridge and the tables kube-proxy's iptables
+// mode writes are taken (the file is the host's), and a table is
+// deleted only while it holds no rule.
+func restoreHost(lock *os.File) error {
+	saved, err := savedHost(lock)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, s := range saved {
-		name := filepath.Clean(s[0])
-		if !strings.HasPrefix(name, "net/bridge/") {
-			errs = append(errs, fmt.Errorf("not restoring %q from %s: not a bridge setting", s[0], servicesLock))
-			continue
-		}
-		if err := os.WriteFile(filepath.Join("/proc/sys", name), []byte(s[1]), 0o644); err != nil {
-			errs = append(errs, err)
+		switch {
+		case len(s) == 2 && strings.HasPrefix(filepath.Clean(s[0]), "net/bridge/"):
+			if err := os.WriteFile(filepath.Join("/proc/sys", filepath.Clean(s[0])), []byte(s[1]), 0o644); err != nil {
+				errs = append(errs, err)
+			}
+		case len(s) == 3 && s[0] == "table" && (s[1] == "ip" || s[1] == "ip6") && slices.Contains(iptablesTables, s[2]):
+			errs = append(errs, deleteEmptyTable(s[1], s[2]))
+		default:
+			errs = append(errs, fmt.Errorf("not restoring %q from %s: not what kubetest records", strings.Join(s, " "), servicesLock))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return lock.Truncate(0)
+}
+
+// deleteEmptyTable deletes an nftables table if it exists and holds no
+// rule, only (iptables-nft's) empty chains.
+func deleteEmptyTable(family, name string) error {
+	nft, err := lookPath("nft")
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command(nft, "list", "table", family, name).Output()
+	if err != nil {
+		return nil // not there
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line == "}" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "table ") ||
+			strings.HasPrefix(line, "chain ") || strings.HasPrefix(line, "type ") {
+			continue
+		}
+		return nil // a rule: someone else's now
+	}
+	if out, err := exec.Command(nft, "delete", "table", family, name).CombinedOutput(); err != nil {
+		return fmt.Errorf("nft delete table %s %s: %v: %s", family, name, err, out)
+	}
+	return nil
 }
 
 func lastLines(out []byte, n int) string {
