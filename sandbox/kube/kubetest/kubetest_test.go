@@ -363,8 +363,11 @@ func checkServicesRouted(t *testing.T, c *Cluster) {
 		t.Fatal(err)
 	}
 	url := "http://" + svc.Spec.ClusterIP + "/"
-	// From the host, once the pod is ready and kube-proxy has synced.
-	client := http.Client{Timeout: 2 * time.Second}
+	// From the host, once the pod is ready and kube-proxy has synced. A
+	// new connection each try: until the cluster IP is routed, packets to
+	// it take the host's default route, and whatever answers there must
+	// not keep the connection.
+	client := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var got string
 	for {
 		resp, err := client.Get(url)

@@ -130,10 +130,9 @@ func (c *Cluster) RouteServices() error {
 	// here is iptables-nft anyway). It is what runs on these kernels
 	// (6.x), with or without kube-router. The iptables mode is the
 	// fallback for a kernel older than 5.13, which the nftables mode
-	// refuses; forced here it routed Services from the host and from
-	// pods, but not from the host while kube-router's firewall also ran
-	// (TestStopLeavesNothing; not diagnosed), and left chains and tables
-	// its --cleanup does not remove, which cleanServices does.
+	// refuses; forced here, it passes TestStopLeavesNothing and
+	// TestSweepAfterKill too, leaving chains and tables its --cleanup
+	// does not remove, which cleanServices does.
 	var errs []error
 	for _, mode := range []string{"nftables", "iptables"} {
 		if mode == "iptables" {
