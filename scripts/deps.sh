@@ -75,6 +75,8 @@ if [ "$mode" = test ]; then
 	# and ipset.
 	have iptables-save || need+=(iptables)
 	have ipset || need+=(ipset)
+	# kube-proxy, which routes the test cluster's Services, drives nft.
+	have nft || need+=(nftables)
 fi
 if ((${#need[@]})); then
 	if [ "$(id -u)" -ne 0 ]; then
@@ -135,13 +137,14 @@ fi
 [ "$mode" = test ] || exit 0
 
 # Kubernetes for the kube runtime's test cluster (sandbox/kube/kubetest):
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-# kubectl built from the k8s.io/kubernetes release pinned in tools/kube (a
-# module of its own; no prebuilt binary can be downloaded here) into a
-# git-ignored cache named by the version, one binary at a time (each link
-# takes a few GB), only those missing: about 15 min of CPU the first time,
-# nothing after until the pin moves. The version is stamped in: kubectl
-# cannot parse an unstamped server's version.
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy and kubectl built from the k8s.io/kubernetes release pinned
+# in tools/kube (a module of its own; no prebuilt binary can be
+# downloaded here) into a git-ignored cache named by the version, one
+# binary at a time (each link takes a few GB), only those missing: about
+# 18 min of CPU the first time, nothing after until the pin moves. The
+# version is stamped in: kubectl cannot parse an unstamped server's
+# version.
 kube_version="$(GOWORK=off go -C "$repo/tools/kube" list -m -f '{{.Version}}' k8s.io/kubernetes)"
 kube_cache="$repo/.cache/kube/$kube_version"
 kube_major="${kube_version#v}"
@@ -154,7 +157,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 kube_missing=()
-for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+for bin in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
 	[ -x "$kube_cache/$bin" ] || kube_missing+=("$bin")
 done
 if ((${#kube_missing[@]})); then

@@ -1,6 +1,7 @@
 // Package kubernetes_test deploys deploy/kubernetes, as the README says
 // to, on the real test cluster: the server's image made by `cove image
-// server`, two replicas on one PostgreSQL, the sandboxes as pods.
+// server`, two replicas on one PostgreSQL, the sandboxes as pods, the
+// servers reached through their Service.
 package kubernetes_test
 
 import (
@@ -8,11 +9,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,12 @@ const ns = "cove"
 
 func TestDeployOnCluster(t *testing.T) {
 	c := kubetest.Start(t)
+	// kube-proxy: the servers reach the API server at the kubernetes
+	// Service (in-cluster configuration, as shipped), and the test
+	// reaches them at theirs.
+	if err := c.RouteServices(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -61,16 +68,6 @@ func TestDeployOnCluster(t *testing.T) {
 	adminKey := strings.TrimSpace(out.String())
 
 	kubectl(t, c, "apply", "-k", ".")
-	// The test cluster runs no kube-proxy, so the API server's Service
-	// address leads nowhere: the servers reach it through a relay on the
-	// node's address (its certificate names that address), as in-cluster
-	// configuration allows.
-	u, err := url.Parse(c.Config().Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiHost, apiPort, _ := net.SplitHostPort(relay(t, c.NodeIP(), "tcp", u.Host))
-	kubectl(t, c, "-n", ns, "set", "env", "deployment/cove-server", "KUBERNETES_SERVICE_HOST="+apiHost, "KUBERNETES_SERVICE_PORT="+apiPort)
 	t.Cleanup(func() { kubectlErr(c, "delete", "-k", ".", "--wait=true", "--timeout=3m") })
 	t.Cleanup(func() {
 		if t.Failed() { // what the servers and the cluster said, before the delete
@@ -104,6 +101,50 @@ func TestDeployOnCluster(t *testing.T) {
 		}
 	}
 	sandboxAcrossReplicas(t, ctx, replicas, adminKey)
+	throughService(t, c, adminKey)
+}
+
+// throughService checks the servers at the Service's cluster IP, as a
+// client in the cluster (or behind an Ingress) reaches them: the web UI,
+// /health and the E2B API.
+func throughService(t *testing.T, c *kubetest.Cluster, key string) {
+	t.Helper()
+	ip := strings.TrimSpace(kubectl(t, c, "-n", ns, "get", "service", "cove", "-o", "jsonpath={.spec.clusterIP}"))
+	if net.ParseIP(ip) == nil {
+		t.Fatalf("the cove Service's cluster IP: %q", ip)
+	}
+	base := "http://" + ip // port 80
+	for _, path := range []string{"/health", "/"} {
+		if code := get(t, base+path); code != http.StatusOK {
+			t.Errorf("GET %s through the Service: %d", path, code)
+		}
+	}
+	// The UI's page, not just a 200.
+	resp, err := http.Get(base + "/")
+	if err == nil {
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(strings.ToLower(string(page)), "<html") {
+			t.Errorf("GET / through the Service: not the web UI's page: %.200q", page)
+		}
+	}
+	// The E2B API: a key's list of sandboxes (none left), and no key
+	// turned away as E2B's API does.
+	req, _ := http.NewRequest("GET", base+"/v2/sandboxes", nil)
+	req.Header.Set("X-API-Key", key)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("E2B GET /v2/sandboxes through the Service: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var list []map[string]any
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil {
+		t.Errorf("E2B GET /v2/sandboxes through the Service: %d %s", resp.StatusCode, body)
+	}
+	if code := get(t, base+"/v2/sandboxes"); code != http.StatusUnauthorized {
+		t.Errorf("E2B GET /v2/sandboxes through the Service without a key: %d, want 401", code)
+	}
 }
 
 // sandboxAcrossReplicas makes a sandbox through one replica and works it
@@ -150,9 +191,7 @@ func sandboxAcrossReplicas(t *testing.T, ctx context.Context, replicas []string,
 	}
 }
 
-// serverPods returns the addresses of the two server pods once the
-// pods of the rollout before (replaced to set the API server's address)
-// are gone.
+// serverPods returns the addresses of the two server pods.
 func serverPods(t *testing.T, c *kubetest.Cluster) []string {
 	t.Helper()
 	var ips []string

@@ -2,7 +2,9 @@
 // Debian's etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 // and the kubelet built from source by scripts/deps.sh (.cache/kube), a
 // containerd of its own with runc, a CNI bridge of its own, and a
-// StorageClass whose provisioner runs in the test process. Everything
+// StorageClass whose provisioner runs in the test process; on request
+// kube-router's firewall enforces NetworkPolicy (EnforceNetworkPolicy)
+// and kube-proxy routes Services (RouteServices). Everything
 // lives in a temporary directory (/tmp/covek-PID-ID) and a private mount
 // namespace, and is torn down at the end; a test binary killed before
 // that leaves its directory behind, and the next binary's first cluster
@@ -38,7 +40,8 @@ type Cluster struct {
 	gvisorErr   error  // why the node has no gVisor RuntimeClass, if it has none
 	st          *stateStore
 	logDir      string
-	netpol      netpol // the NetworkPolicy enforcer, if asked for
+	netpol      netpol   // the NetworkPolicy enforcer, if asked for
+	services    services // kube-proxy, if asked for
 
 	stopOnce sync.Once
 	stop     func() error
@@ -63,8 +66,9 @@ func (c *Cluster) NodeIP() string { return c.nodeIP }
 // PodCIDR returns the pods' address range.
 func (c *Cluster) PodCIDR() string { return c.podCIDR }
 
-// ServiceCIDR returns the services' virtual address range. No kube-proxy
-// runs: a Service's cluster IP is not routed anywhere.
+// ServiceCIDR returns the services' virtual address range. A Service's
+// cluster IP leads to its pods once RouteServices has started
+// kube-proxy, and nowhere before.
 func (c *Cluster) ServiceCIDR() string { return c.serviceCIDR }
 
 // StorageClass returns the name of the default StorageClass. Its
@@ -74,12 +78,12 @@ func (c *Cluster) ServiceCIDR() string { return c.serviceCIDR }
 func (c *Cluster) StorageClass() string { return c.class }
 
 // Bin returns the path of a program the cluster runs or tests use:
-// kubectl, kube-apiserver, kube-controller-manager, kube-scheduler and
-// kubelet from the build cache, anything else (ctr, etcd, containerd)
-// from the PATH.
+// kubectl, kube-apiserver, kube-controller-manager, kube-scheduler,
+// kubelet and kube-proxy from the build cache, anything else (ctr, etcd,
+// containerd) from the PATH.
 func (c *Cluster) Bin(name string) string {
 	switch name {
-	case "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet":
+	case "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy":
 		return filepath.Join(c.binDir, name)
 	}
 	if p, err := lookPath(name); err == nil {

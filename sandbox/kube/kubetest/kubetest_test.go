@@ -3,6 +3,8 @@ package kubetest
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cove-sandbox/cove/sandbox/kube/internal/ocitar"
@@ -97,7 +100,8 @@ func runPodClass(t *testing.T, c *Cluster, name, script, claim, class string) st
 			break
 		}
 		if p.Status.Phase == corev1.PodFailed {
-			t.Fatalf("pod %s failed: %+v", name, p.Status)
+			logs, _ := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			t.Fatalf("pod %s failed: %+v\nits log:\n%s", name, p.Status, logs)
 		}
 		select {
 		case <-ctx.Done():
@@ -228,9 +232,11 @@ func waitDeleted(t *testing.T, cs *kubernetes.Clientset, name string) {
 	}
 }
 
-// TestStopLeavesNothing starts a private cluster, runs a pod in it and
-// stops it: no process, mount, cgroup, interface, file or firewall rule
-// of it is left.
+// TestStopLeavesNothing starts a private cluster that enforces
+// NetworkPolicy and routes Services, runs pods in it and stops it: no
+// process, mount, cgroup, interface, file, firewall rule or kube-proxy
+// table of it is left, and the host setting kube-proxy needed is as it
+// was.
 func TestStopLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second cluster")
@@ -239,6 +245,11 @@ func TestStopLeavesNothing(t *testing.T) {
 	if err := c.EnforceNetworkPolicy(); err != nil {
 		t.Fatal(err)
 	}
+	bridgeNF, _ := os.ReadFile(filepath.Join("/proc/sys", bridgeNFCallIPTables))
+	if err := c.RouteServices(); err != nil {
+		t.Fatal(err)
+	}
+	checkServicesRouted(t, c)
 	if got := runPod(t, c, "brief", "sleep 3600 & echo started", ""); got != "started\n" {
 		t.Fatalf("log = %q", got)
 	}
@@ -289,6 +300,15 @@ func TestStopLeavesNothing(t *testing.T) {
 	}
 	if left := enforced(); left != "" {
 		t.Errorf("the NetworkPolicy enforcer's rules or sets left:\n%s", left)
+	}
+	if left, err := kubeProxyLeft(); err != nil || left != "" {
+		t.Errorf("kube-proxy's rules left: %v\n%s", err, left)
+	}
+	if tables, err := exec.Command("nft", "list", "tables").Output(); err != nil || bytes.Contains(tables, []byte(c.id)) {
+		t.Errorf("the cluster's forwarding table left: %v\n%s", err, tables)
+	}
+	if now, _ := os.ReadFile(filepath.Join("/proc/sys", bridgeNFCallIPTables)); !bytes.Equal(now, bridgeNF) {
+		t.Errorf("%s = %q after Stop, want %q as before", bridgeNFCallIPTables, now, bridgeNF)
 	}
 	if ps := procsMentioning(c.dir + "/"); len(ps) > 0 {
 		t.Errorf("processes left: %v", ps)
@@ -343,5 +363,72 @@ func longPod(t *testing.T, c *Cluster, name, class string) {
 			t.Fatalf("pod %s not running: %v %v", name, err, p.Status)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkServicesRouted checks what RouteServices promises: a Service in
+// front of a pod answers at its cluster IP from the host and from
+// another pod, and a pod reaches the API server at the kubernetes
+// Service's address, as in-cluster configuration does. Without
+// kube-proxy nothing answers at a cluster IP.
+func checkServicesRouted(t *testing.T, c *Cluster) {
+	t.Helper()
+	cs := clientset(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const page = "served by web\n"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "main", Image: importBusybox(t, c), ImagePullPolicy: corev1.PullNever,
+			Command: []string{"sh", "-c", "mkdir /www && echo served by web >/www/index.html && exec httpd -f -p 8080 -h /www"},
+		}}},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	svc, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + svc.Spec.ClusterIP + "/"
+	// From the host, once the pod is ready and kube-proxy has synced. A
+	// new connection each try: until the cluster IP is routed, packets to
+	// it take the host's default route, and whatever answers there must
+	// not keep the connection.
+	client := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var got string
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if got = string(body); got == page {
+				break
+			}
+		} else {
+			got = err.Error()
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("GET %s from the host: %s; want %q", url, got, page)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// From another pod on the same bridge, and the API server through
+	// the kubernetes Service. busybox's nc speaks the HTTP (its wget
+	// crashes in an image without libc); the API server, a Go HTTPS
+	// server, answers plain HTTP with a 400 that says so.
+	get := `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 10 `
+	got = runPod(t, c, "client", get+svc.Spec.ClusterIP+" 80 && echo && "+get+"$KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT", "")
+	got = strings.ReplaceAll(got, "\r", "")
+	if !strings.Contains(got, "\n\n"+page) || !strings.Contains(got, "Client sent an HTTP request to an HTTPS server") {
+		t.Errorf("a pod's GET of %s and of the API server through the kubernetes Service: %q", url, got)
 	}
 }

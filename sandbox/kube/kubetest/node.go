@@ -164,7 +164,7 @@ func (s *starter) finish() error {
 	s.c.stop = func() error {
 		cancel()
 		err := teardown(dir, st.get())
-		return errors.Join(err, c.stopNetpol())
+		return errors.Join(err, c.stopNetpol(), c.stopServices())
 	}
 	return nil
 }

@@ -183,11 +183,17 @@ func (s *starter) startControlPlane() (string, error) {
 		return "", err
 	}
 	p := s.pki.path
+	// The API server listens where it says it does: on the node's
+	// address (the bridge's, which its certificate names), reached there
+	// by the host's programs and, through the kubernetes Service, by pods.
+	node := s.net.gateway.String()
 	_, err = s.startIn("kube-apiserver", filepath.Join(s.binDir, "kube-apiserver"),
-		"--etcd-servers", client, "--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[2]),
-		"--advertise-address", s.net.gateway.String(), "--service-cluster-ip-range", s.net.services.String(),
+		"--etcd-servers", client, "--bind-address", node, "--secure-port", strconv.Itoa(ports[2]),
+		"--advertise-address", node, "--service-cluster-ip-range", s.net.services.String(),
 		// Debian's etcd 3.4 lacks what the lease reconciler needs, and
-		// one API server needs no reconciling.
+		// one API server needs no reconciling: the kubernetes Service
+		// gets its endpoints when the cluster routes Services
+		// (RouteServices).
 		"--endpoint-reconciler-type", "none",
 		"--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
 		"--client-ca-file", p("ca.crt"),
@@ -200,7 +206,7 @@ func (s *starter) startControlPlane() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("https://127.0.0.1:%d", ports[2]), nil
+	return "https://" + net.JoinHostPort(node, strconv.Itoa(ports[2])), nil
 }
 
 // startIn starts a program in the cluster's mount namespace.

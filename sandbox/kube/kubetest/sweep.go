@@ -20,7 +20,8 @@ const sweepLock = "/run/lock/cove-kubetest-sweep.lock"
 // sweep tears down the clusters of test binaries that died without
 // stopping them: directories named covek-PID-HEX in the temporary
 // directory whose owner (PID, at the start time in its state file) is
-// gone. Clusters of live binaries are left alone.
+// gone, and the rules of a kube-proxy no cluster runs now. Clusters of
+// live binaries are left alone.
 func sweep(logf func(string, ...any)) {
 	unlock, err := lockSweeps()
 	if err != nil {
@@ -61,6 +62,7 @@ func sweepLocked(logf func(string, ...any)) {
 			logf("sweep: %s: %v", dir, err)
 		}
 	}
+	sweepServices(logf)
 }
 
 // ownerGone reports whether the test binary that made dir has exited.
@@ -111,7 +113,7 @@ func teardown(dir string, st state) error {
 	errs = append(errs, waitGone(late, 10*time.Second))
 	errs = append(errs, removeCgroups(cgroups))
 	removeSharedCgroupParents(dir)
-	errs = append(errs, deleteBridge(st.Bridge))
+	errs = append(errs, deleteBridge(st.Bridge), deleteForwardTable(st.Bridge))
 	if err := errors.Join(errs...); err != nil {
 		// Leave the directory for the next sweep rather than removing
 		// files still in use.

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // TestSweepAfterKill starts a cluster with a running pod in a child test
 // binary, SIGKILLs the binary, and checks that the sweep at the next
 // start removes everything the dead binary's cluster left: its shims,
-// containers, cgroups, bridge and directory.
+// containers, cgroups, bridge, directory and kube-proxy's rules.
 func TestSweepAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second cluster")
@@ -56,6 +57,9 @@ func TestSweepAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unlock()
+	if left, _ := kubeProxyLeft(); left == "" {
+		t.Fatal("no rule of the child's kube-proxy: the sweep below would prove nothing")
+	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +74,20 @@ func TestSweepAfterKill(t *testing.T) {
 	}
 	if _, err := netlink.LinkByName(bridge); err == nil {
 		t.Errorf("bridge %s left", bridge)
+	}
+	if tables, err := exec.Command("nft", "list", "tables").Output(); err != nil || strings.Contains(string(tables), bridge) {
+		t.Errorf("the cluster's forwarding table left: %v\n%s", err, tables)
+	}
+	// kube-proxy's rules, unless another cluster routes Services now.
+	if f, err := os.OpenFile(servicesLock, os.O_RDWR, 0); err == nil {
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			if left, err := kubeProxyLeft(); err != nil || left != "" {
+				t.Errorf("kube-proxy's rules left: %v\n%s", err, left)
+			}
+		} else {
+			t.Log("another cluster routes Services now: not looking for the killed one's rules")
+		}
+		f.Close()
 	}
 	for _, cg := range cgroups {
 		if _, err := os.Stat(cg); err == nil {
@@ -89,6 +107,9 @@ func TestHelperStartAndWait(t *testing.T) {
 	}
 	c, err := start(t.Logf)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RouteServices(); err != nil {
 		t.Fatal(err)
 	}
 	importBusybox(t, c)
