@@ -65,7 +65,7 @@ func writeServerLayer(w io.Writer, o ServerOptions) error {
 		"etc/group":  "root:x:0:\ncove:x:" + uid + ":\n",
 	}
 	for _, name := range []string{"etc/passwd", "etc/group"} {
-		if err := writeFile(tw, name, []byte(files[name])); err != nil {
+		if err := ocitar.WriteFile(tw, name, 0o644, []byte(files[name])); err != nil {
 			return err
 		}
 	}
@@ -98,13 +98,5 @@ func copyInto(tw *tar.Writer, src, name string, mode int64) error {
 		return err
 	}
 	_, err = io.CopyN(tw, f, st.Size())
-	return err
-}
-
-func writeFile(tw *tar.Writer, name string, data []byte) error {
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
-		return err
-	}
-	_, err := tw.Write(data)
 	return err
 }

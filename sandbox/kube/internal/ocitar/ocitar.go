@@ -146,7 +146,7 @@ func WriteArchive(w io.Writer, ref string, cfg Config, layer io.Reader, size int
 		{blobPath(manifestDesc), manifest},
 		{blobPath(configDesc), config},
 	} {
-		if err := writeFile(tw, e.name, 0o644, e.data); err != nil {
+		if err := WriteFile(tw, e.name, 0o644, e.data); err != nil {
 			return err
 		}
 	}
@@ -221,7 +221,7 @@ func layerTar(files []File) ([]byte, error) {
 		case f.Link != "":
 			err = tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: f.Link, Mode: 0o777, ModTime: epoch})
 		default:
-			err = writeFile(tw, name, mode, f.Data)
+			err = WriteFile(tw, name, mode, f.Data)
 		}
 		if err != nil {
 			return nil, err
@@ -245,7 +245,8 @@ func parents(tw *tar.Writer, made map[string]bool, dir string) error {
 	return tw.WriteHeader(&tar.Header{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch})
 }
 
-func writeFile(tw *tar.Writer, name string, mode int64, data []byte) error {
+// WriteFile writes a regular file of data to tw, dated at the epoch.
+func WriteFile(tw *tar.Writer, name string, mode int64, data []byte) error {
 	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(data)), ModTime: epoch}); err != nil {
 		return err
 	}
