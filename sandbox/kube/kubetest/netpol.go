@@ -62,7 +62,7 @@ func (c *Cluster) EnforceNetworkPolicy() error {
 	if err != nil {
 		return err
 	}
-	lock, err := takeNetpolLock()
+	lock, err := takeHostLock(netpolLock, netpolWait, "another test cluster on this host enforces NetworkPolicy")
 	if err != nil {
 		return err
 	}
@@ -128,14 +128,14 @@ func (c *Cluster) stopNetpol() error {
 	return err
 }
 
-// takeNetpolLock takes the host's enforcer lock, waiting for another
-// cluster's enforcer to stop.
-func takeNetpolLock() (*os.File, error) {
-	f, err := os.OpenFile(netpolLock, os.O_CREATE|os.O_RDWR, 0o600)
+// takeHostLock takes the host-wide lock at path, waiting up to wait for
+// its holder (why says who holds it, for the error) to let it go.
+func takeHostLock(path string, wait time.Duration, why string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(netpolWait)
+	deadline := time.Now().Add(wait)
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -143,7 +143,7 @@ func takeNetpolLock() (*os.File, error) {
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("taking %s (another test cluster on this host enforces NetworkPolicy): %w", netpolLock, err)
+			return nil, fmt.Errorf("taking %s (%s): %w", path, why, err)
 		}
 		time.Sleep(time.Second)
 	}

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 )
 
 // On request a cluster routes Services as most clusters do: the real
@@ -32,9 +34,8 @@ import (
 // network namespace, where the node's pods and the test process both
 // send their packets.
 //
-// Its rules are named the same for every cluster (nftables mode: the
-// tables ip and ip6 "kube-proxy"; iptables mode: KUBE-SERVICES and
-// kin), so one cluster on the host at a time routes Services:
+// Its rules are named the same for every cluster (the nftables tables
+// ip and ip6 "kube-proxy"), so one cluster on the host at a time routes Services:
 // servicesLock is held while kube-proxy runs. Whoever takes the lock
 // first, or a sweep that finds it free, removes what a killed holder
 // left. The lock file holds the host settings the holder changed, as
@@ -53,24 +54,16 @@ const servicesWait = 20 * time.Minute
 // from an address it never wrote to.
 const bridgeNFCallIPTables = "net/bridge/bridge-nf-call-iptables"
 
-// kube-proxy's own chains in iptables mode (pkg/proxy/iptables): the
-// rules to find when checking that nothing of it is left. KUBE-SVC-,
-// KUBE-SEP- and the like are per Service and endpoint.
+// kube-proxy's chains in its iptables mode (pkg/proxy/iptables), which
+// does not run here (nftables mode does) but which the check that
+// nothing of kube-proxy is left still looks for: a kube-proxy that fell
+// back to it would leave them. KUBE-SVC-, KUBE-SEP- and the like are per
+// Service and endpoint.
 var kubeProxyChains = []string{
 	"KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-MARK-MASQ",
 	"KUBE-FORWARD", "KUBE-PROXY-FIREWALL", "KUBE-PROXY-CANARY", "KUBE-SVC-", "KUBE-SVL-", "KUBE-SEP-",
-	"KUBE-EXT-", "KUBE-FW-", kubeletFirewallChain,
+	"KUBE-EXT-", "KUBE-FW-", "KUBE-FIREWALL",
 }
-
-// kubeletFirewallChain is the kubelet's chain, which kube-proxy's
-// iptables mode makes too (with the jumps to it from INPUT and OUTPUT)
-// and its --cleanup leaves, as the kubelet's. This kubelet makes none
-// (iptables is /bin/false in its namespace), so it is kube-proxy's.
-const kubeletFirewallChain = "KUBE-FIREWALL"
-
-// iptablesTables are the tables kube-proxy's iptables mode writes to;
-// iptables-nft makes each as an nftables table when first written.
-var iptablesTables = []string{"nat", "mangle", "filter"}
 
 // kubeProxyTable is the table kube-proxy's nftables mode keeps its rules
 // in, in the ip and ip6 families.
@@ -81,7 +74,6 @@ type services struct {
 	mu   sync.Mutex
 	lock *os.File
 	proc *proc
-	mode string // kube-proxy's --proxy-mode
 	// stopForwarding stops forwardOnBridge's watcher.
 	stopForwarding func()
 }
@@ -107,67 +99,47 @@ func (c *Cluster) RouteServices() error {
 	if err := c.writeAPIEndpoints(); err != nil {
 		return fmt.Errorf("pointing the kubernetes Service at the API server: %w", err)
 	}
-	lock, err := takeServicesLock()
+	lock, err := takeHostLock(servicesLock, servicesWait, "another test cluster on this host routes Services")
 	if err != nil {
 		return err
 	}
-	if err := cleanServices(lock, bin, ""); err != nil {
+	if err := cleanServices(lock, bin); err != nil {
 		lock.Close()
 		return fmt.Errorf("removing what an earlier kube-proxy left: %w", err)
 	}
 	if err := setSysctl(lock, bridgeNFCallIPTables, "1"); err != nil {
-		cleanErr := cleanServices(lock, bin, "")
+		cleanErr := cleanServices(lock, bin)
 		lock.Close()
 		return errors.Join(err, cleanErr)
 	}
 	if err := c.forwardOnBridge(); err != nil {
-		cleanErr := cleanServices(lock, bin, "")
+		cleanErr := cleanServices(lock, bin)
 		lock.Close()
 		return errors.Join(err, cleanErr)
 	}
-	// nftables mode first: its rules are one table of its own, apart from
-	// the iptables chains kube-router's firewall keeps (and the iptables
-	// here is iptables-nft anyway). It is what runs on these kernels
-	// (6.x), with or without kube-router. The iptables mode is the
-	// fallback for a kernel older than 5.13, which the nftables mode
-	// refuses; forced here, it passes TestStopLeavesNothing and
-	// TestSweepAfterKill too, leaving chains and tables its --cleanup
-	// does not remove, which cleanServices does.
-	var errs []error
-	for _, mode := range []string{"nftables", "iptables"} {
-		if mode == "iptables" {
-			if err := recordNewTables(lock); err != nil {
-				errs = append(errs, err)
-				break
-			}
-		}
-		p, err := c.startKubeProxy(bin, mode)
-		if err == nil {
-			c.services.lock, c.services.proc, c.services.mode = lock, p, mode
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("kube-proxy in %s mode: %w", mode, err))
-		if p != nil {
-			p.id.kill()
-			<-p.done
-		}
-		// The next mode runs with the host's settings as they are now.
-		if err := removeKubeProxyRules(bin, mode); err != nil {
-			errs = append(errs, err)
-			break
-		}
+	// nftables mode: its rules are one table of its own, apart from the
+	// iptables chains kube-router's firewall keeps. It needs a kernel of
+	// 5.13 or later; Debian 12's is 6.1.
+	p, err := c.startKubeProxy(bin)
+	if err == nil {
+		c.services.lock, c.services.proc = lock, p
+		return nil
+	}
+	if p != nil {
+		p.id.kill()
+		<-p.done
 	}
 	c.services.stopForwarding()
 	c.services.stopForwarding = nil
-	errs = append(errs, restoreHost(lock))
+	err = errors.Join(fmt.Errorf("kube-proxy: %w", err), cleanServices(lock, bin))
 	lock.Close()
-	return errors.Join(errs...)
+	return err
 }
 
-// startKubeProxy starts kube-proxy in mode and waits for its first sync:
-// the kubernetes Service's address in its rules.
-func (c *Cluster) startKubeProxy(bin, mode string) (*proc, error) {
-	args := []string{bin, "--kubeconfig", c.kubeconfig, "--proxy-mode", mode,
+// startKubeProxy starts kube-proxy in nftables mode and waits for its
+// first sync: the kubernetes Service's address in its rules.
+func (c *Cluster) startKubeProxy(bin string) (*proc, error) {
+	args := []string{bin, "--kubeconfig", c.kubeconfig, "--proxy-mode", "nftables",
 		"--hostname-override", c.id, "--bind-address", c.nodeIP, "--cluster-cidr", c.podCIDR,
 		// Off: the health and metrics servers, the oom_score_adj (root
 		// lacks CAP_SYS_RESOURCE here) and every conntrack setting of
@@ -175,11 +147,7 @@ func (c *Cluster) startKubeProxy(bin, mode string) (*proc, error) {
 		"--healthz-bind-address", "", "--metrics-bind-address", "", "--oom-score-adj", "0",
 		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0",
 		"--conntrack-tcp-timeout-close-wait", "0", "--v", "1"}
-	if mode == "iptables" {
-		// Else it sets route_localnet to serve node ports on 127.0.0.1.
-		args = append(args, "--iptables-localhost-nodeports=false")
-	}
-	p, err := startProc(c.st, c.logDir, "kube-proxy-"+mode, os.Environ(), args...)
+	p, err := startProc(c.st, c.logDir, "kube-proxy", os.Environ(), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,27 +156,9 @@ func (c *Cluster) startKubeProxy(bin, mode string) (*proc, error) {
 		return p, err
 	}
 	return p, waitFor(p, "kube-proxy's first sync", func() bool {
-		return routes(mode, svcIP)
-	})
-}
-
-// routes reports whether kube-proxy's rules in mode lead address ip to
-// a Service's endpoints.
-func routes(mode, ip string) bool {
-	if mode == "nftables" {
 		out, err := run("nft", "list", "map", "ip", kubeProxyTable, "service-ips")
-		return err == nil && bytes.Contains(out, []byte(ip+" . tcp . "))
-	}
-	out, err := run("iptables-save", "-t", "nat")
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		if strings.HasPrefix(line, "-A KUBE-SERVICES ") && strings.Contains(line, "-d "+ip+"/32 ") && strings.Contains(line, "-j KUBE-SVC-") {
-			return true
-		}
-	}
-	return false
+		return err == nil && bytes.Contains(out, []byte(svcIP+" . tcp . "))
+	})
 }
 
 // apiServiceIP returns the kubernetes Service's cluster IP.
@@ -294,7 +244,7 @@ func (c *Cluster) stopServices() error {
 	}
 	c.services.stopForwarding()
 	c.services.stopForwarding = nil
-	err := cleanServices(c.services.lock, filepath.Join(c.binDir, "kube-proxy"), c.services.mode)
+	err := cleanServices(c.services.lock, filepath.Join(c.binDir, "kube-proxy"))
 	c.services.lock.Close()
 	c.services.lock, c.services.proc = nil, nil
 	return err
@@ -373,27 +323,6 @@ func deleteForwardTable(name string) error {
 	return nil
 }
 
-// takeServicesLock takes the host's lock, waiting for another cluster's
-// kube-proxy to stop.
-func takeServicesLock() (*os.File, error) {
-	f, err := os.OpenFile(servicesLock, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(servicesWait)
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("taking %s (another test cluster on this host routes Services): %w", servicesLock, err)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
 // sweepServices removes what a killed kube-proxy left, if no cluster
 // routes Services now.
 func sweepServices(logf func(string, ...any)) {
@@ -421,95 +350,26 @@ func sweepServices(logf func(string, ...any)) {
 		return
 	}
 	logf("sweeping what a killed test binary's kube-proxy left")
-	if err := cleanServices(f, filepath.Join(binDir, "kube-proxy"), ""); err != nil {
+	if err := cleanServices(f, filepath.Join(binDir, "kube-proxy")); err != nil {
 		logf("sweep: %v", err)
 	}
 }
 
-// cleanServices removes every rule kube-proxy made, running its
-// --cleanup in mode ("" when not known: a killed holder's), checks that
-// none is left, and puts back the host settings recorded in the lock
-// file, whose holder the caller is.
-func cleanServices(lock *os.File, bin, mode string) error {
-	return errors.Join(removeKubeProxyRules(bin, mode), restoreHost(lock))
-}
-
-// removeKubeProxyRules removes kube-proxy's rules, running its --cleanup
-// in mode, and checks that none is left.
-func removeKubeProxyRules(bin, mode string) error {
+// cleanServices removes every rule kube-proxy made (its --cleanup,
+// which removes the rules of every mode), checks that none is left, and
+// puts back the host settings recorded in the lock file, whose holder
+// the caller is.
+func cleanServices(lock *os.File, bin string) error {
 	var errs []error
-	if mode == "" {
-		mode = "nftables" // --cleanup removes the rules of every mode, whichever is named
-	}
-	if out, err := exec.Command(bin, "--cleanup", "--proxy-mode", mode).CombinedOutput(); err != nil {
-		errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %v: %s", err, lastLines(out, 10)))
-	}
-	for _, family := range []string{"iptables", "ip6tables"} {
-		errs = append(errs, dropFilterChain(family, kubeletFirewallChain))
+	if out, err := exec.Command(bin, "--cleanup", "--proxy-mode", "nftables").CombinedOutput(); err != nil {
+		errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %v: %s", err, sbutil.LastLines(string(out), 10)))
 	}
 	if left, err := kubeProxyLeft(); err != nil {
 		errs = append(errs, err)
 	} else if left != "" {
 		errs = append(errs, fmt.Errorf("kube-proxy --cleanup left:\n%s", left))
 	}
-	return errors.Join(errs...)
-}
-
-// dropFilterChain removes chain from family's filter table with the
-// rules that jump to it, leaving every other rule as it was (the table
-// is loaded again without them in one transaction, as cleanKubeRouter
-// does).
-func dropFilterChain(family, chain string) error {
-	save, err := lookPath(family + "-save")
-	if err != nil {
-		return nil // no iptables of that family, so none of its rules
-	}
-	rules, err := exec.Command(save, "-t", "filter").Output()
-	if err != nil {
-		return fmt.Errorf("%s -t filter: %w", family, err)
-	}
-	var kept bytes.Buffer
-	changed := false
-	for line := range strings.SplitSeq(strings.TrimRight(string(rules), "\n"), "\n") {
-		if (strings.HasPrefix(line, ":") || strings.HasPrefix(line, "-A ")) && strings.Contains(line, chain) {
-			changed = true
-			continue
-		}
-		kept.WriteString(line + "\n")
-	}
-	if !changed {
-		return nil
-	}
-	restore, err := lookPath(family + "-restore")
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(restore, "-w", "10")
-	cmd.Stdin = &kept
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s-restore: %v: %s", family, err, out)
-	}
-	return nil
-}
-
-// recordNewTables records in the lock file which of the tables
-// kube-proxy's iptables mode writes to the host has not: iptables-nft
-// makes them, and nothing removes them after.
-func recordNewTables(lock *os.File) error {
-	out, err := run("nft", "list", "tables")
-	if err != nil {
-		return fmt.Errorf("nft list tables: %w", err)
-	}
-	have := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var b strings.Builder
-	for _, family := range []string{"ip", "ip6"} {
-		for _, t := range iptablesTables {
-			if !slices.Contains(have, "table "+family+" "+t) {
-				fmt.Fprintf(&b, "table %s %s\n", family, t)
-			}
-		}
-	}
-	return appendRecord(lock, b.String())
+	return errors.Join(append(errs, restoreHost(lock))...)
 }
 
 // kubeProxyLeft returns what of kube-proxy's rules the host has: its
@@ -581,8 +441,7 @@ func appendRecord(lock *os.File, lines string) error {
 }
 
 // savedHost reads the lock file's record: "NAME VALUE" for a setting
-// under /proc/sys as it was, "table FAMILY NAME" for a table that was
-// not there.
+// under /proc/sys as it was.
 func savedHost(lock *os.File) ([][]string, error) {
 	if _, err := lock.Seek(0, 0); err != nil {
 		return nil, err
@@ -601,9 +460,7 @@ func savedHost(lock *os.File) ([][]string, error) {
 }
 
 // restoreHost puts back what the lock file records and empties it.
-// Only settings under net/bridge and the tables kube-proxy's iptables
-// mode writes are taken (the file is the host's), and a table is
-// deleted only while it holds no rule.
+// Only settings under net/bridge are taken (the file is the host's).
 func restoreHost(lock *os.File) error {
 	saved, err := savedHost(lock)
 	if err != nil {
@@ -611,54 +468,18 @@ func restoreHost(lock *os.File) error {
 	}
 	var errs []error
 	for _, s := range saved {
-		switch {
-		case len(s) == 2 && strings.HasPrefix(filepath.Clean(s[0]), "net/bridge/"):
-			if err := os.WriteFile(filepath.Join("/proc/sys", filepath.Clean(s[0])), []byte(s[1]), 0o644); err != nil {
-				errs = append(errs, err)
-			}
-		case len(s) == 3 && s[0] == "table" && (s[1] == "ip" || s[1] == "ip6") && slices.Contains(iptablesTables, s[2]):
-			errs = append(errs, deleteEmptyTable(s[1], s[2]))
-		default:
+		if len(s) != 2 || !strings.HasPrefix(filepath.Clean(s[0]), "net/bridge/") {
 			errs = append(errs, fmt.Errorf("not restoring %q from %s: not what kubetest records", strings.Join(s, " "), servicesLock))
+			continue
+		}
+		if err := os.WriteFile(filepath.Join("/proc/sys", filepath.Clean(s[0])), []byte(s[1]), 0o644); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return lock.Truncate(0)
-}
-
-// deleteEmptyTable deletes an nftables table if it exists and holds no
-// rule, only (iptables-nft's) empty chains.
-func deleteEmptyTable(family, name string) error {
-	nft, err := lookPath("nft")
-	if err != nil {
-		return err
-	}
-	out, err := exec.Command(nft, "list", "table", family, name).Output()
-	if err != nil {
-		return nil // not there
-	}
-	for line := range strings.SplitSeq(string(out), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line == "}" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "table ") ||
-			strings.HasPrefix(line, "chain ") || strings.HasPrefix(line, "type ") {
-			continue
-		}
-		return nil // a rule: someone else's now
-	}
-	if out, err := exec.Command(nft, "delete", "table", family, name).CombinedOutput(); err != nil {
-		return fmt.Errorf("nft delete table %s %s: %v: %s", family, name, err, out)
-	}
-	return nil
-}
-
-func lastLines(out []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // run runs a program of the host's (looked up as lookPath does) and
