@@ -121,7 +121,9 @@ func throughService(t *testing.T, c *kubetest.Cluster, key string) {
 	}
 	// The UI's page, not just a 200.
 	resp, err := http.Get(base + "/")
-	if err == nil {
+	if err != nil {
+		t.Errorf("GET / through the Service: %v", err)
+	} else {
 		page, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if !strings.Contains(strings.ToLower(string(page)), "<html") {
