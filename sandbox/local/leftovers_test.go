@@ -243,3 +243,37 @@ func gvisorPS(t *testing.T, rt *Runtime, id string) []string {
 func gvisorProcesses(t *testing.T, rt *Runtime, id string) int {
 	return len(gvisorPS(t, rt, id))
 }
+
+// TestStopLeavesNoMountInOtherSupervisors: a gvisor sandbox's socket
+// directory is a mount of the host's namespace, which the supervisor of
+// a sandbox started after it copies with the rest; its stop must leave
+// no copy there either, although this host's root propagates no
+// unmount (a private /), while the other sandbox runs on.
+func TestStopLeavesNoMountInOtherSupervisors(t *testing.T) {
+	needRunsc(t)
+	onTiers(t, func(t *testing.T, iso string) {
+		rt := newRuntime(t)
+		ctx := context.Background()
+		a, err := rt.Create(ctx, sandbox.Spec{Isolation: sandbox.IsolationGVisor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Delete(context.Background(), a.ID()) })
+		tr := tracesOf(t, rt, a.ID())
+		if len(tr.leftovers()) == 0 {
+			t.Fatal("the gvisor sandbox holds nothing on the host while it runs: the check below would prove nothing")
+		}
+		b, err := rt.Create(ctx, sandbox.Spec{Isolation: iso})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Delete(context.Background(), b.ID()) })
+		if err := rt.Stop(ctx, a.ID()); err != nil {
+			t.Fatal(err)
+		}
+		noLeftovers(t, tr, "after its stop, with a sandbox started after it running", false)
+		if out, _ := run(t, b, "echo up"); out != "up\n" {
+			t.Errorf("the other sandbox after the stop: %q", out)
+		}
+	})
+}

@@ -40,7 +40,7 @@ func gvisorStart(ctx context.Context, dir string, initCmd []string, st *sbdir.St
 	if err := socketDir(sockDir); err != nil {
 		return nil, nil, err
 	}
-	if err := privateMounts(); err != nil {
+	if err := privateMounts(dir); err != nil {
 		unmountInHost(sockDir)
 		return nil, nil, err
 	}
