@@ -287,20 +287,21 @@ func testResourceLimits(t *testing.T, iso string) {
 		}
 		<-done
 		// Afterwards the sandbox either answers again or says it stopped
-		// (the daemon shares the limit and may not get a thread); it
-		// never hangs, and a stopped one resumes.
-		info, err := b.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State == sandbox.StateStopped {
-			t.Logf("the daemon did not survive the bomb; resuming")
-			if _, err := rt.Resume(ctx, b.ID()); err != nil {
-				t.Fatalf("resume after the bomb: %v", err)
-			}
-		}
+		// (the daemon shares the limit and may not get a thread, and it
+		// may go down a moment after the bomb's exec returned); it never
+		// hangs, and a stopped one resumes.
+		resumed := false
 		deadline := time.Now().Add(15 * time.Second)
 		for {
+			if info, err := b.Info(ctx); err != nil {
+				t.Fatal(err)
+			} else if info.State == sandbox.StateStopped && !resumed {
+				t.Logf("the daemon did not survive the bomb; resuming")
+				if _, err := rt.Resume(ctx, b.ID()); err != nil {
+					t.Fatalf("resume after the bomb: %v", err)
+				}
+				resumed = true
+			}
 			var o strings.Builder
 			_, err := b.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", Args: []string{"-c", "pkill -9 -u user sh; echo alive"}, Stdout: &o, User: "root"})
 			if err == nil && strings.Contains(o.String(), "alive") {
