@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cove-sandbox/cove/sandbox/kube/internal/ocitar"
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -323,11 +324,11 @@ func TestStopLeavesNothing(t *testing.T) {
 			t.Errorf("cgroup %s left", cg)
 		}
 	}
-	if m, _ := mountsUnder(c.dir); len(m) > 0 {
+	if m, _ := mountinfo.Under(c.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
-	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	if bytes.Contains(mountinfo, []byte(c.id)) {
+	table, _ := os.ReadFile("/proc/self/mountinfo")
+	if bytes.Contains(table, []byte(c.id)) {
 		t.Errorf("a mount naming %s is left in the host's mount table", c.id)
 	}
 	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {

@@ -1,7 +1,6 @@
 package kubetest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -230,7 +230,7 @@ func removeCgroupTree(cg string) error {
 // still seen here (a mount namespace outliving its processes) would make
 // os.RemoveAll delete through it, so it refuses instead.
 func removeDir(dir string) error {
-	mounts, err := mountsUnder(dir)
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return err
 	}
@@ -238,47 +238,4 @@ func removeDir(dir string) error {
 		return fmt.Errorf("not removing %s: still mounted under it: %s", dir, strings.Join(mounts, ", "))
 	}
 	return os.RemoveAll(dir)
-}
-
-// mountsUnder lists the mount points at or under dir in this process's
-// mount namespace.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
