@@ -74,10 +74,12 @@ type ClientOptions struct {
 	// the host's.
 	NoFollow bool
 	// Dial, when set, opens each connection to a daemon reached directly
-	// over TCP (http://host:port) instead of dialing host:port: for a
-	// daemon whose address moves (a pod gets a new one each time it
-	// starts), found anew at every dial. A refused connection is retried
-	// as a dial of host:port would be.
+	// (http://host:port or unix:///path) instead of dialing the address:
+	// for a daemon whose address moves (a pod gets a new one each time it
+	// starts; a socket only a supervisor's mount namespace holds), found
+	// anew at every dial. A refused connection, or a socket not there
+	// yet, is retried as a dial of the address would be; NoFollow is
+	// Dial's to honour (DialUnixNoFollow).
 	Dial func(ctx context.Context) (net.Conn, error)
 
 	// Header is added to every request: a proxy's credentials (the Cove
@@ -140,7 +142,7 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	dial := func(ctx context.Context) (net.Conn, error) {
 		return dialSocket(ctx, &d, network, address, opts.NoFollow)
 	}
-	if opts.Dial != nil && network == "tcp" {
+	if opts.Dial != nil {
 		dial = opts.Dial
 	}
 	c.dial = func(ctx context.Context) (net.Conn, error) {
@@ -456,25 +458,35 @@ func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
 }
 
 // dialSocket dials address; with noFollow, a unix socket's path is opened
-// first without following a final symlink, checked to be a socket, and
-// connected to through that open file.
+// first without following a final symlink (DialUnixNoFollow).
 func dialSocket(ctx context.Context, d *net.Dialer, network, address string, noFollow bool) (net.Conn, error) {
 	if !noFollow || network != "unix" {
 		return d.DialContext(ctx, network, address)
 	}
-	fd, err := unix.Open(address, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	return DialUnixNoFollow(ctx, address)
+}
+
+// DialUnixNoFollow connects to the unix socket at path only if path's
+// last component is the socket itself: it is opened without following a
+// final symlink, checked to be a socket, and connected to through that
+// open file (so a path longer than a socket address may hold works too).
+// For a socket in a directory the sandbox can write, where a link planted
+// in its place could otherwise lead to any socket of the host's.
+func DialUnixNoFollow(ctx context.Context, path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		// A symlink (O_PATH|O_NOFOLLOW opens the link itself) or a file
 		// planted in the socket's place.
-		return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: syscall.ECONNREFUSED}
 	}
-	return d.DialContext(ctx, network, fmt.Sprintf("/proc/self/fd/%d", fd))
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }

@@ -142,7 +142,7 @@ func rootSession(t *testing.T, rt *Runtime, id string) *guest.Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := rt.client(id, st) // the tier's own socket
+	c, err := rt.client(id, st, st.ShimPID) // the tier's own socket
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func (r *Runtime) copySandbox(ctx context.Context, id string, src *state) (strin
 	// namespace: reach it there, so it is frozen for the copy and the copy
 	// is consistent.
 	if src.Info.State == sandbox.StateRunning {
-		if view := host.DiskView(src.ShimPID); view != "" {
+		if view := host.MountView(src.ShimPID); view != "" {
 			srcDisk = srcDisk.Via(view)
 		}
 	}

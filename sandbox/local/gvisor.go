@@ -7,12 +7,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/runsc"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 )
@@ -21,8 +23,9 @@ import (
 // directory, template root, disk, cgroup, network, TTL supervisor), with
 // gVisor's runsc as its pid 1 on the host and the same daemon inside
 // (see package shim's gvisor.go). What it adds here: the daemon's socket
-// is one the daemon binds in a directory of the host's, so the client
-// never follows a link there; Pause checkpoints the sandbox's memory and
+// is one the daemon binds in a directory of the host's (a tmpfs in the
+// supervisor's mount namespace), so the client never follows a link
+// there; Pause checkpoints the sandbox's memory and
 // Resume restores it; ForkMemory restores one checkpoint into new
 // sandboxes.
 
@@ -74,15 +77,38 @@ func listenFile(sock string) (*os.File, error) {
 	return lf, err
 }
 
-// client is a client of the sandbox's daemon. A gVisor sandbox's socket
-// is in a directory its root can write: the client dials it only if it
-// is a socket, never through a link planted in its place.
-func (r *Runtime) client(id string, st *state) (*guest.Client, error) {
+// client is a client of the sandbox's daemon, whose supervisor is
+// shimPID. A gVisor sandbox's socket is in a directory its root can
+// write, mounted in its supervisor's namespace alone: the client dials
+// it there (gvisorSocket) and only if it is a socket, never through a
+// link planted in its place.
+func (r *Runtime) client(id string, st *state, shimPID int) (*guest.Client, error) {
 	if gvisor(st) {
-		sock := filepath.Join(r.dir(id), runsc.HostSocketDir, runsc.SocketName)
-		return guest.NewClient("unix://"+sock, guest.ClientOptions{AccessToken: st.Token, NoFollow: true})
+		dial := func(ctx context.Context) (net.Conn, error) {
+			sock := r.gvisorSocket(id, shimPID)
+			if sock == "" {
+				// Not mounted yet, or gone with the supervisor.
+				return nil, &net.OpError{Op: "dial", Net: "unix", Err: syscall.ENOENT}
+			}
+			return guest.DialUnixNoFollow(ctx, sock)
+		}
+		return guest.NewClient("unix:///"+runsc.SocketName, guest.ClientOptions{AccessToken: st.Token, Dial: dial})
 	}
 	return guest.NewClient("unix://"+filepath.Join(r.dir(id), "guest.sock"), guest.ClientOptions{AccessToken: st.Token})
+}
+
+// gvisorSocket is where the runtime reaches a gVisor sandbox's daemon
+// socket: its directory is a tmpfs the supervisor (shimPID) mounts in
+// its own mount namespace, so no other process that copies the host's
+// namespace (another sandbox's supervisor, a container runtime) keeps
+// it after the sandbox stops. "" while the supervisor has no namespace
+// of its own (starting, or gone).
+func (r *Runtime) gvisorSocket(id string, shimPID int) string {
+	view := host.MountView(shimPID)
+	if view == "" {
+		return ""
+	}
+	return filepath.Join(view, r.dir(id), runsc.HostSocketDir, runsc.SocketName)
 }
 
 // startTimeout is how long a start may take before the daemon answers:
@@ -151,12 +177,15 @@ func (r *Runtime) pauseLocked(ctx context.Context, id string) error {
 func (r *Runtime) checkpoint(ctx context.Context, id string, st *state) error {
 	mem := memoryDir(r.dir(id))
 	rs := runsc.ForSandbox(r.dir(id), st)
-	sock := filepath.Join(r.dir(id), runsc.HostSocketDir, runsc.SocketName)
 	if err := rs.Signal(ctx, runsc.SignalDrop); err != nil {
 		r.log.Warn("asking a gVisor sandbox's daemon to drop its connections", "sandbox", id, "err", err)
 		return fmt.Errorf("pausing sandbox %q: its daemon could not be reached: %w", id, sandbox.ErrUnavailable)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		sock := r.gvisorSocket(id, st.ShimPID)
+		if sock == "" {
+			break // the supervisor is gone, and its socket with it
+		}
 		if _, err := os.Lstat(sock); errors.Is(err, os.ErrNotExist) {
 			break
 		}
@@ -312,13 +341,15 @@ func (r *Runtime) restoreFailed(id string, err error) error {
 	return fmt.Errorf("resuming sandbox %q: its memory could not be restored (the host's log says why) and is dropped; its disk is kept: resume it again to start it afresh: %w", id, sandbox.ErrUnavailable)
 }
 
-// waitSocket waits until sock exists, the supervisor has exited, ctx is
+// waitSocket waits until the socket sock names exists, the supervisor has exited, ctx is
 // done or the deadline passes, whichever comes first; the caller's
 // health check says which.
-func waitSocket(ctx context.Context, sock string, exited <-chan struct{}, deadline time.Time) {
+func waitSocket(ctx context.Context, sock func() string, exited <-chan struct{}, deadline time.Time) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if _, err := os.Lstat(sock); err == nil {
-			return
+		if p := sock(); p != "" {
+			if _, err := os.Lstat(p); err == nil {
+				return
+			}
 		}
 		select {
 		case <-exited:

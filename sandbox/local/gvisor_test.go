@@ -288,7 +288,7 @@ func TestGVisorSocketDirWalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := rt.client(s.ID(), st)
+	c, err := rt.client(s.ID(), st, st.ShimPID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestGVisorSocketDirWalled(t *testing.T) {
 	// The daemon keeps serving on its open socket; a new dial finds the link.
 	root.Exec(ctx, sandbox.ExecRequest{Cmd: "sh", User: "root", Dir: "/", Stdout: &out, Stderr: &out, Args: []string{"-c",
 		"rm -f " + sock + " && ln -s " + bait + " " + sock + " && ls -la " + runsc.SocketDir}})
-	fresh, err := rt.client(s.ID(), st)
+	fresh, err := rt.client(s.ID(), st, st.ShimPID)
 	if err != nil {
 		t.Fatal(err)
 	}

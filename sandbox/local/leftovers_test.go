@@ -244,11 +244,15 @@ func gvisorProcesses(t *testing.T, rt *Runtime, id string) int {
 	return len(gvisorPS(t, rt, id))
 }
 
-// TestStopLeavesNoMountInOtherSupervisors: a gvisor sandbox's socket
-// directory is a mount of the host's namespace, which the supervisor of
-// a sandbox started after it copies with the rest; its stop must leave
-// no copy there either, although this host's root propagates no
-// unmount (a private /), while the other sandbox runs on.
+// TestStopLeavesNoMountInOtherSupervisors: a running gvisor sandbox
+// mounts things (its root, its daemon's socket directory), and every
+// process that copies the host's mount namespace while it runs (the
+// supervisor of a sandbox started after it, a process of no Cove's that
+// unshares its mounts: another runtime's, a service's private /tmp)
+// would keep those mounts, and the sandbox's traces, after its stop: on
+// this host, whose root propagates no unmount (a private /), until that
+// process ends. Its stop must leave nothing in any of them, while they
+// run on.
 func TestStopLeavesNoMountInOtherSupervisors(t *testing.T) {
 	needRunsc(t)
 	onTiers(t, func(t *testing.T, iso string) {
@@ -268,6 +272,20 @@ func TestStopLeavesNoMountInOtherSupervisors(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rt.Delete(context.Background(), b.ID()) })
+		outsider := exec.Command("unshare", "--mount", "sleep", "600")
+		if err := outsider.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { outsider.Process.Kill(); outsider.Wait() })
+		own, _ := os.Readlink("/proc/self/ns/mnt")
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", outsider.Process.Pid)); err == nil && ns != own {
+				break // it has its copy
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("unshare --mount made no mount namespace within a minute")
+			}
+		}
 		if err := rt.Stop(ctx, a.ID()); err != nil {
 			t.Fatal(err)
 		}

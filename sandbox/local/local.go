@@ -30,7 +30,6 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/internal/sbutil"
 	"github.com/cove-sandbox/cove/sandbox/local/disk"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
-	"github.com/cove-sandbox/cove/sandbox/local/internal/runsc"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 	"github.com/cove-sandbox/cove/template"
@@ -142,6 +141,13 @@ func New(cfg Config) (*Runtime, error) {
 	if err := checkNetworkConfig(&cfg); err != nil {
 		return nil, err
 	}
+	// Absolute: a supervisor's mounts are reached through its namespace's
+	// root (host.MountView), from any working directory.
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: state directory: %w", err)
+	}
+	cfg.Dir = abs
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the state directory: %w", err)
 	}
@@ -217,7 +223,6 @@ func (r *Runtime) reap(id string) (*state, error) {
 			syscall.Kill(s.InitPID, syscall.SIGKILL)
 		}
 		os.Remove(filepath.Join(r.dir(id), "guest.sock"))
-		syscall.Unmount(filepath.Join(r.dir(id), runsc.HostSocketDir), syscall.MNT_DETACH) // a gVisor sandbox's
 		host.ReleaseCgroup(context.Background(), s)
 		if d, err := disk.Open(filepath.Join(r.dir(id), "disk")); err == nil {
 			d.Unmount()
@@ -414,7 +419,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 
 	// The socket listens already, so the dial succeeds at once; the
 	// client goes on to serve the sandbox's session.
-	c, err := r.client(id, st)
+	c, err := r.client(id, st, cmd.Process.Pid)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -422,7 +427,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 	if gvisor(st) {
 		// The daemon binds its socket only once it serves: wait for it
 		// here, at a finer grain than the client's dial backoff.
-		waitSocket(ctx, filepath.Join(dir, runsc.HostSocketDir, runsc.SocketName), exited, deadline)
+		waitSocket(ctx, func() string { return r.gvisorSocket(id, cmd.Process.Pid) }, exited, deadline)
 	}
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -473,7 +478,7 @@ func (r *Runtime) startLocked(ctx context.Context, id string, st *state) (*guest
 }
 
 func (r *Runtime) session(id string, st *state) *guest.Session {
-	c, _ := r.client(id, st)
+	c, _ := r.client(id, st, st.ShimPID)
 	return r.sessionOn(c, id, st)
 }
 

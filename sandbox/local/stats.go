@@ -29,7 +29,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 		return out, sandbox.WrapIDf(id, hostFault(err), "measuring sandbox %q", id)
 	}
 	if st.Info.State == sandbox.StateRunning {
-		if view := host.DiskView(st.ShimPID); view != "" {
+		if view := host.MountView(st.ShimPID); view != "" {
 			d = d.Via(view)
 		}
 		if err := r.cgroupStats(id, st, &out); err != nil {

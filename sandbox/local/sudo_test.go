@@ -12,7 +12,6 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
-	"github.com/cove-sandbox/cove/sandbox/local/internal/runsc"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
 )
@@ -89,12 +88,11 @@ func allowSudo(t *testing.T, rt *Runtime, id, user string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(rt.dir(id), "guest.sock")
-	if gvisor(st) {
-		sock = filepath.Join(rt.dir(id), runsc.HostSocketDir, runsc.SocketName)
-	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		if gvisor(st) {
+			return guest.DialUnixNoFollow(ctx, rt.gvisorSocket(id, st.ShimPID))
+		}
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(rt.dir(id), "guest.sock"))
 	}}}
 	req, _ := http.NewRequest("GET", "http://sandbox/health", nil)
 	req.Header.Set(guest.AccessTokenHeader, st.Token)

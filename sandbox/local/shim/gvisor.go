@@ -34,21 +34,25 @@ import (
 // gvisorStart takes what the sandbox holds on the host and starts runsc.
 // On error nothing is left held or running.
 func gvisorStart(ctx context.Context, dir string, initCmd []string, st *sbdir.State, stderr io.Writer, log *slog.Logger) (cmd *exec.Cmd, release func(), err error) {
-	// Before privateMounts: the daemon's socket directory is a mount of
-	// the host's namespace, where the runtime dials it.
+	// After privateMounts: the daemon's socket directory is mounted in
+	// this thread's namespace alone, where runsc binds it and the runtime
+	// dials it through this thread's /proc root (host.MountView). In the
+	// host's, every namespace copied from it while the sandbox ran
+	// (another sandbox's supervisor, a container runtime, a service's
+	// private /tmp) would keep the mount after the stop.
+	if err := privateMounts(); err != nil {
+		return nil, nil, err
+	}
 	sockDir := filepath.Join(dir, runsc.HostSocketDir)
 	if err := socketDir(sockDir); err != nil {
 		return nil, nil, err
 	}
-	if err := privateMounts(dir); err != nil {
-		unmountInHost(sockDir)
-		return nil, nil, err
-	}
 	grp, releaseHost, err := host.Acquire(ctx, dir, st, log)
 	if err != nil {
-		unmountInHost(sockDir)
+		unix.Unmount(sockDir, unix.MNT_DETACH)
 		return nil, nil, err
 	}
+	self := unix.Gettid() // signalListen, on another thread, looks here
 	rs := runsc.ForSandbox(dir, st)
 	var ns netns.NsHandle = -1
 	release = func() {
@@ -60,7 +64,7 @@ func gvisorStart(ctx context.Context, dir string, initCmd []string, st *sbdir.St
 		}
 		releaseHost() // kills what runsc left in the group
 		unix.Unmount(filepath.Join(dir, "rootfs"), unix.MNT_DETACH)
-		unmountInHost(sockDir)
+		unix.Unmount(sockDir, unix.MNT_DETACH)
 	}
 	defer func() {
 		if err != nil {
@@ -112,7 +116,7 @@ func gvisorStart(ctx context.Context, dir string, initCmd []string, st *sbdir.St
 	}
 	if st.Info.Paused {
 		// The restored daemon waits to be told it may listen again.
-		go signalListen(ctx, rs, sockDir, initCmd, readdress, log)
+		go signalListen(ctx, rs, filepath.Join(fmt.Sprintf("/proc/self/task/%d/root", self), sockDir), initCmd, readdress, log)
 	}
 	return cmd, release, nil
 }
@@ -262,8 +266,7 @@ func newNetns() (netns.NsHandle, error) {
 // binds its socket there through runsc), and what it writes must land
 // on neither the host's disk nor beyond a few kilobytes.
 func socketDir(dir string) error {
-	unix.Unmount(dir, unix.MNT_DETACH) // a crashed run's
-	os.RemoveAll(dir)
+	os.RemoveAll(dir) // a crashed run's
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("making the daemon's socket directory: %w", err)
 	}
@@ -271,16 +274,4 @@ func socketDir(dir string) error {
 		return fmt.Errorf("mounting the daemon's socket directory: %w", err)
 	}
 	return nil
-}
-
-// unmountInHost unmounts dir in the host's mount namespace: from a
-// thread other than the supervisor's locked one, which has a namespace
-// of its own (privateMounts).
-func unmountInHost(dir string) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		unix.Unmount(dir, unix.MNT_DETACH)
-	}()
-	<-done
 }

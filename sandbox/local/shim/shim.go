@@ -19,7 +19,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"syscall"
 	"time"
 
@@ -31,7 +30,6 @@ import (
 	"github.com/cove-sandbox/cove/sandbox/local/harden"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
 	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
-	"github.com/cove-sandbox/cove/sandbox/mountinfo"
 )
 
 // Main is `cove local-shim`: a sandbox's supervisor. Detached from
@@ -140,7 +138,7 @@ func startInit(ctx context.Context, dir string, initCmd []string, st *sbdir.Stat
 		return nil, nil, fmt.Errorf("the supervisor needs the daemon's socket as fd %d (the runtime passes it): %w", sbdir.ListenFD, err)
 	}
 	fl.Close()
-	if err := privateMounts(dir); err != nil {
+	if err := privateMounts(); err != nil {
 		return nil, nil, err
 	}
 	grp, release, err := host.Acquire(ctx, dir, st, log)
@@ -287,26 +285,21 @@ func supervise(ctx context.Context, dir string, cmd *exec.Cmd, deadline time.Tim
 
 // privateMounts gives the calling thread (locked, the one that mounts the
 // sandbox's disk and forks pid 1) a mount namespace of its own, so the
-// disk is mounted there and in pid 1's copy, never in the host's. Every
+// disk (and a gVisor sandbox's socket directory) is mounted there and in
+// pid 1's copy, never in the host's. Every
 // process that clones the host's mount namespace (another sandbox's
 // start, a container runtime, systemd's PrivateTmp) would otherwise copy
 // the disk's mount and keep the filesystem, and so its loop device, alive
 // after this sandbox stops: the stop could not free the device, and the
 // resume after it would find the image still in use. The runtime reaches
-// a running sandbox's disk through this thread's /proc root (host.DiskView).
+// a running sandbox's disk through this thread's /proc root (host.MountView).
 //
 // Mounts here are slaves of the host's: what the host unmounts goes from
 // here too (where the host shares its mounts), and nothing mounted here
-// reaches the host.
-//
-// The copy would still hold the other sandboxes' mounts in the host's
-// namespace (a gvisor sandbox's socket directory, dir of the sandbox
-// beside), and where the host shares nothing (a root mounted private,
-// as on these machines) their unmount never reaches here: they would
-// live as long as this supervisor, after their sandbox stopped. So they
-// are detached here at once; this sandbox's own (its socket directory)
-// stay.
-func privateMounts(dir string) error {
+// reaches the host. So no sandbox mounts anything in the host's
+// namespace, and no process that copies it (this supervisor, another
+// sandbox's, a container runtime's) holds another sandbox's mounts.
+func privateMounts() error {
 	// A thread shares its root and working directory with its process
 	// (CLONE_FS); unsharing the mount namespace unshares them too, for
 	// this thread alone.
@@ -315,16 +308,6 @@ func privateMounts(dir string) error {
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("making the supervisor's mounts private: %w", err)
-	}
-	mounts, err := mountinfo.Read("/proc/thread-self/mountinfo")
-	if err != nil {
-		return err
-	}
-	siblings := filepath.Dir(dir)
-	for _, m := range slices.Backward(mounts) { // the deepest first
-		if mountinfo.Within(siblings, m.Point) && m.Point != siblings && !mountinfo.Within(dir, m.Point) {
-			unix.Unmount(m.Point, unix.MNT_DETACH) // gone already with the one above it, or detached now
-		}
 	}
 	return nil
 }

@@ -214,13 +214,14 @@ func OOMFile(g *cgroup.Group) string {
 	return ""
 }
 
-// DiskView is where another process reaches a running sandbox's disk:
-// the root of the mount namespace its supervisor (pid shimPID) mounted it
-// in, as /proc/PID/task/TID/root of the supervisor's thread that holds
-// that namespace. "" when no thread of the supervisor is in another mount
+// MountView is where another process reaches what a running sandbox's
+// supervisor (pid shimPID) mounts in its own mount namespace alone (its
+// disk; a gVisor sandbox's socket directory): the root of that
+// namespace, as /proc/PID/task/TID/root of the supervisor's thread that
+// holds it. "" when no thread of the supervisor is in another mount
 // namespace than the caller's (a supervisor that mounted in the host's,
 // or none).
-func DiskView(shimPID int) string {
+func MountView(shimPID int) string {
 	own, err := os.Readlink("/proc/thread-self/ns/mnt")
 	if err != nil {
 		return ""
