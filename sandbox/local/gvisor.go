@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,16 +82,33 @@ func listenFile(sock string) (*os.File, error) {
 // shimPID. A gVisor sandbox's socket is in a directory its root can
 // write, mounted in its supervisor's namespace alone: the client dials
 // it there (gvisorSocket) and only if it is a socket, never through a
-// link planted in its place.
+// link planted in its place. A client outlives its supervisor (a
+// session kept across a stop and resume, or a crash and resume): when
+// the socket is not where the supervisor it knows left it, it looks up
+// the sandbox's supervisor now.
 func (r *Runtime) client(id string, st *state, shimPID int) (*guest.Client, error) {
 	if gvisor(st) {
-		dial := func(ctx context.Context) (net.Conn, error) {
-			sock := r.gvisorSocket(id, shimPID)
+		var pid atomic.Int64
+		pid.Store(int64(shimPID))
+		try := func(ctx context.Context, p int) (net.Conn, error) {
+			sock := r.gvisorSocket(id, p)
 			if sock == "" {
 				// Not mounted yet, or gone with the supervisor.
 				return nil, &net.OpError{Op: "dial", Net: "unix", Err: syscall.ENOENT}
 			}
 			return guest.DialUnixNoFollow(ctx, sock)
+		}
+		dial := func(ctx context.Context) (net.Conn, error) {
+			p := int(pid.Load())
+			conn, err := try(ctx, p)
+			if err == nil {
+				return conn, nil
+			}
+			if now, rerr := sbdir.Cached(r.dir(id)); rerr == nil && now.ShimPID != 0 && now.ShimPID != p {
+				pid.Store(int64(now.ShimPID))
+				return try(ctx, now.ShimPID)
+			}
+			return nil, err
 		}
 		return guest.NewClient("unix:///"+runsc.SocketName, guest.ClientOptions{AccessToken: st.Token, Dial: dial})
 	}
