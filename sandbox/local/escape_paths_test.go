@@ -21,6 +21,8 @@ import (
 
 	"github.com/cove-sandbox/cove/guest"
 	"github.com/cove-sandbox/cove/sandbox"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/host"
+	"github.com/cove-sandbox/cove/sandbox/local/internal/sbdir"
 	"github.com/cove-sandbox/cove/template"
 )
 
@@ -704,4 +706,30 @@ func setFlags(p string, flags int, on bool) error {
 		cur &^= uint32(flags)
 	}
 	return unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(cur))
+}
+
+// TestMountViewOnlyOfSupervisors: the runtime reaches a running
+// sandbox's disk and a gVisor sandbox's socket through its supervisor's
+// mount namespace, found by the supervisor's pid. Should that pid name a
+// process of a sandbox instead (a dead supervisor's pid, reused), the
+// runtime must find no view at all rather than the root that sandbox's
+// tenant controls, where it would copy a planted "disk" or send a
+// daemon's token to a planted socket.
+func TestMountViewOnlyOfSupervisors(t *testing.T) {
+	rt := newRuntime(t)
+	s, err := rt.Create(context.Background(), sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Delete(context.Background(), s.ID()) })
+	st, err := sbdir.Read(rt.dir(s.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host.MountView(st.ShimPID) == "" {
+		t.Fatal("no view of the running sandbox's supervisor: the check below would prove nothing")
+	}
+	if view := host.MountView(st.InitPID); view != "" {
+		t.Errorf("the pid of the sandbox's pid 1 gives the view %s, a root the tenant controls", view)
+	}
 }

@@ -221,9 +221,22 @@ func OOMFile(g *cgroup.Group) string {
 // holds it. "" when no thread of the supervisor is in another mount
 // namespace than the caller's (a supervisor that mounted in the host's,
 // or none).
+//
+// A supervisor runs in the caller's pid namespace, a sandbox's processes
+// never do: a pid that names one of those (a dead supervisor's pid,
+// reused) gives "", not a root the sandbox's tenant made, where a path
+// the caller goes on to open (a socket it sends the daemon's token to,
+// a disk it copies) would be the tenant's to plant.
 func MountView(shimPID int) string {
 	own, err := os.Readlink("/proc/thread-self/ns/mnt")
 	if err != nil {
+		return ""
+	}
+	ownPID, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	if pidNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", shimPID)); err != nil || pidNS != ownPID {
 		return ""
 	}
 	base := filepath.Join("/proc", strconv.Itoa(shimPID), "task")
