@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,12 +22,11 @@ import (
 // The gVisor tier (Spec.Isolation "gvisor"): the same sandbox (state
 // directory, template root, disk, cgroup, network, TTL supervisor), with
 // gVisor's runsc as its pid 1 on the host and the same daemon inside
-// (see package shim's gvisor.go). What it adds here: the daemon's socket
-// is one the daemon binds in a directory of the host's (a tmpfs in the
+// (see package shim's gvisor.go). What it adds here: the daemon binds
+// its socket in a directory the sandbox can write (a tmpfs in the
 // supervisor's mount namespace), so the client never follows a link
-// there; Pause checkpoints the sandbox's memory and
-// Resume restores it; ForkMemory restores one checkpoint into new
-// sandboxes.
+// there; Pause checkpoints the sandbox's memory and Resume restores it;
+// ForkMemory restores one checkpoint into new sandboxes.
 
 var (
 	_ sandbox.Pauser       = (*Runtime)(nil)
@@ -79,36 +77,25 @@ func listenFile(sock string) (*os.File, error) {
 }
 
 // client is a client of the sandbox's daemon, whose supervisor is
-// shimPID. A gVisor sandbox's socket is in a directory its root can
-// write, mounted in its supervisor's namespace alone: the client dials
-// it there (gvisorSocket) and only if it is a socket, never through a
-// link planted in its place. A client outlives its supervisor (a
-// session kept across a stop and resume, or a crash and resume): when
-// the socket is not where the supervisor it knows left it, it looks up
-// the sandbox's supervisor now.
+// shimPID while the sandbox's record names none yet (it is starting). A
+// gVisor sandbox's socket is in a directory its root can write, mounted
+// in its supervisor's namespace alone: the client dials it there
+// (gvisorSocket), through the supervisor the record names at each dial
+// (a client outlives a stop and resume, a crash and resume), and only if
+// it is a socket, never through a link planted in its place.
 func (r *Runtime) client(id string, st *state, shimPID int) (*guest.Client, error) {
 	if gvisor(st) {
-		var pid atomic.Int64
-		pid.Store(int64(shimPID))
-		try := func(ctx context.Context, p int) (net.Conn, error) {
-			sock := r.gvisorSocket(id, p)
+		dial := func(ctx context.Context) (net.Conn, error) {
+			pid := shimPID
+			if now, err := sbdir.Cached(r.dir(id)); err == nil && now.ShimPID != 0 {
+				pid = now.ShimPID
+			}
+			sock := r.gvisorSocket(id, pid)
 			if sock == "" {
 				// Not mounted yet, or gone with the supervisor.
 				return nil, &net.OpError{Op: "dial", Net: "unix", Err: syscall.ENOENT}
 			}
 			return guest.DialUnixNoFollow(ctx, sock)
-		}
-		dial := func(ctx context.Context) (net.Conn, error) {
-			p := int(pid.Load())
-			conn, err := try(ctx, p)
-			if err == nil {
-				return conn, nil
-			}
-			if now, rerr := sbdir.Cached(r.dir(id)); rerr == nil && now.ShimPID != 0 && now.ShimPID != p {
-				pid.Store(int64(now.ShimPID))
-				return try(ctx, now.ShimPID)
-			}
-			return nil, err
 		}
 		return guest.NewClient("unix:///"+runsc.SocketName, guest.ClientOptions{AccessToken: st.Token, Dial: dial})
 	}
@@ -199,11 +186,10 @@ func (r *Runtime) checkpoint(ctx context.Context, id string, st *state) error {
 		r.log.Warn("asking a gVisor sandbox's daemon to drop its connections", "sandbox", id, "err", err)
 		return fmt.Errorf("pausing sandbox %q: its daemon could not be reached: %w", id, sandbox.ErrUnavailable)
 	}
+	// "" if the supervisor is gone, and its socket with it; an Lstat
+	// there fails with no such file.
+	sock := r.gvisorSocket(id, st.ShimPID)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		sock := r.gvisorSocket(id, st.ShimPID)
-		if sock == "" {
-			break // the supervisor is gone, and its socket with it
-		}
 		if _, err := os.Lstat(sock); errors.Is(err, os.ErrNotExist) {
 			break
 		}
@@ -359,15 +345,18 @@ func (r *Runtime) restoreFailed(id string, err error) error {
 	return fmt.Errorf("resuming sandbox %q: its memory could not be restored (the host's log says why) and is dropped; its disk is kept: resume it again to start it afresh: %w", id, sandbox.ErrUnavailable)
 }
 
-// waitSocket waits until the socket sock names exists, the supervisor has exited, ctx is
-// done or the deadline passes, whichever comes first; the caller's
-// health check says which.
+// waitSocket waits until the socket sock names exists (sock gives ""
+// until its place is known, then the same path), the supervisor has
+// exited, ctx is done or the deadline passes, whichever comes first; the
+// caller's health check says which.
 func waitSocket(ctx context.Context, sock func() string, exited <-chan struct{}, deadline time.Time) {
+	var p string
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if p := sock(); p != "" {
-			if _, err := os.Lstat(p); err == nil {
-				return
-			}
+		if p == "" {
+			p = sock()
+		}
+		if _, err := os.Lstat(p); p != "" && err == nil {
+			return
 		}
 		select {
 		case <-exited:

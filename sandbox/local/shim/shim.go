@@ -286,13 +286,13 @@ func supervise(ctx context.Context, dir string, cmd *exec.Cmd, deadline time.Tim
 // privateMounts gives the calling thread (locked, the one that mounts the
 // sandbox's disk and forks pid 1) a mount namespace of its own, so the
 // disk (and a gVisor sandbox's socket directory) is mounted there and in
-// pid 1's copy, never in the host's. Every
-// process that clones the host's mount namespace (another sandbox's
-// start, a container runtime, systemd's PrivateTmp) would otherwise copy
-// the disk's mount and keep the filesystem, and so its loop device, alive
-// after this sandbox stops: the stop could not free the device, and the
-// resume after it would find the image still in use. The runtime reaches
-// a running sandbox's disk through this thread's /proc root (host.MountView).
+// pid 1's copy, never in the host's. Every process that clones the
+// host's mount namespace (another sandbox's start, a container runtime,
+// systemd's PrivateTmp) would otherwise copy the disk's mount and keep
+// the filesystem, and so its loop device, alive after this sandbox
+// stops: the stop could not free the device, and the resume after it
+// would find the image still in use. The runtime reaches a running
+// sandbox's mounts through this thread's /proc root (host.MountView).
 //
 // Mounts here are slaves of the host's: what the host unmounts goes from
 // here too (where the host shares its mounts), and nothing mounted here
